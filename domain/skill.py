@@ -1,0 +1,187 @@
+"""The skill model agent authors write against.
+
+A skill is a name, a version and an ordered list of async step functions. A step gets a
+``StepContext`` and returns one ``StepOutcome``. The runtime (in ``workers``) makes each step
+durable: it commits the outcome in one fenced append and resumes from the stored checkpoint
+after any crash, so a step must be restartable from its checkpoint alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+
+
+class StepContext(Protocol):
+    """What a running step may read and do. Implemented by the worker."""
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        ...
+
+    @property
+    def checkpoint(self) -> JSON:
+        """Everything earlier steps saved; a copy the step may change freely."""
+        ...
+
+    @property
+    def params(self) -> JSON:
+        """The skill parameters from the first message's data part."""
+        ...
+
+    @property
+    def latest_input(self) -> JSON:
+        """The latest message from the client (the first one, or the latest answer)."""
+        ...
+
+    async def once(self, key: str, fn: Callable[[str], Awaitable[Any]]) -> Any:
+        """Run a side effect at most once per task and ``key``.
+
+        ``fn`` gets ``f"{task_id}:{key}"`` to pass downstream as an idempotency key. Its result
+        (JSON) is recorded in the task's log before ``once`` returns; a resumed step gets the
+        recorded result and ``fn`` is not called again.
+        """
+        ...
+
+    async def commit(self, checkpoint: JSON) -> None:
+        """Save ``checkpoint`` mid-step (a sub-step commit); also renews the lease."""
+        ...
+
+    async def emit_artifact(
+        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True
+    ) -> None:
+        """Commit an artifact (A2A shape), or one chunk of it with ``append=True``."""
+        ...
+
+    async def progress(self, text: str) -> None:
+        """Commit a progress message as the task's status message."""
+        ...
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Go on with the next step; ``checkpoint`` replaces the stored one."""
+
+    checkpoint: JSON
+
+
+@dataclass(frozen=True)
+class AskInput:
+    """Pause for a person's answer.
+
+    The step that returns this is finished: when the answer arrives, the *next* step runs with
+    the answer as ``latest_input``. ``deadline`` is measured from the commit time; ``None``
+    means the service's maximum pause (``LONGHAUL_MAX_PAUSE``). ``on_deadline`` is ``"fail"``
+    or ``"cancel"``.
+    """
+
+    question: str
+    checkpoint: JSON
+    deadline: timedelta | None = None
+    on_deadline: str = "fail"
+    data: JSON | None = None
+
+
+@dataclass(frozen=True)
+class AskAuth:
+    """Pause for credentials, like ``AskInput`` but in TASK_STATE_AUTH_REQUIRED."""
+
+    question: str
+    checkpoint: JSON
+    deadline: timedelta | None = None
+    on_deadline: str = "fail"
+    data: JSON | None = None
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Finish the task with these artifacts and an optional final agent message."""
+
+    artifacts: Sequence[JSON] = field(default_factory=tuple)
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Fail the task with a reason the client sees as the status message."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Refuse the task (TASK_STATE_REJECTED) with a reason."""
+
+    reason: str
+
+
+StepOutcome = Continue | AskInput | AskAuth | Complete | Fail | Reject
+
+Step = Callable[[StepContext], Awaitable[StepOutcome]]
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A named, versioned, ordered list of steps. Tasks are pinned to the version they start on."""
+
+    name: str
+    version: int
+    steps: Sequence[Step]
+    description: str = ""
+    tags: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a skill needs a name")
+        if self.version < 1:
+            raise ValueError(f"skill {self.name}: versions start at 1")
+        if not self.steps:
+            raise ValueError(f"skill {self.name} v{self.version} has no steps")
+
+
+class UnknownSkillError(LookupError):
+    """No registered skill (or skill version) has this name."""
+
+
+class SkillRegistry:
+    """An explicit registry of skills and their versions."""
+
+    def __init__(self, skills: Sequence[Skill] = ()) -> None:
+        self._skills: dict[str, dict[int, Skill]] = {}
+        for skill in skills:
+            self.register(skill)
+
+    def register(self, skill: Skill) -> None:
+        """Add one version of a skill; registering the same name and version twice is an error."""
+        versions = self._skills.setdefault(skill.name, {})
+        if skill.version in versions:
+            raise ValueError(f"skill {skill.name} v{skill.version} is registered twice")
+        versions[skill.version] = skill
+
+    def newest(self, name: str) -> Skill:
+        """The newest version of ``name``: the one new tasks start on."""
+        versions = self._skills.get(name)
+        if not versions:
+            known = ", ".join(sorted(self._skills)) or "none"
+            raise UnknownSkillError(f"unknown skill {name!r} (known: {known})")
+        return versions[max(versions)]
+
+    def get(self, name: str, version: int) -> Skill:
+        """One exact version of a skill."""
+        skill = self._skills.get(name, {}).get(version)
+        if skill is None:
+            raise UnknownSkillError(f"skill {name!r} v{version} is not in this release")
+        return skill
+
+    def has(self, name: str, version: int) -> bool:
+        """Whether this release can run ``name`` at ``version``."""
+        return version in self._skills.get(name, {})
+
+    def all(self) -> list[Skill]:
+        """Every registered skill version, sorted by name then version."""
+        return [s for name in sorted(self._skills) for _, s in sorted(self._skills[name].items())]

@@ -1,0 +1,610 @@
+"""The Task aggregate: an A2A task rebuilt purely from its events.
+
+Command methods check the state machine, the lease fence and their arguments first, then
+trigger exactly one past-tense event. A refused command raises a ``DomainError`` and records
+nothing. Event ``apply`` methods only mutate state; they run again on every replay.
+
+Messages, parts and artifacts are kept as plain JSON objects in their A2A 1.0 wire shape, so an
+event body is readable by auditors and analytics consumers without this code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+
+from domain.errors import (
+    DeadlineNotReachedError,
+    EffectAlreadyRecordedError,
+    IllegalTransitionError,
+    InvalidCommandError,
+    LeaseHeldError,
+    LeaseLostError,
+    NotPausedError,
+    NotRunnableError,
+    PauseDeadlinePassedError,
+    StepOrderError,
+    TaskTerminalError,
+)
+from domain.states import INTERRUPTED, RUNNABLE, TERMINAL, TaskState, can_transition
+
+JSON = dict[str, Any]
+
+ON_DEADLINE_CHOICES = ("fail", "cancel")
+
+
+class Task(Aggregate):
+    """One A2A task: its state, lease, checkpoint, effect ledger, pause, artifacts and history."""
+
+    # ------------------------------------------------------------------ events
+
+    class Submitted(Aggregate.Created):
+        """A client submitted the task with its first message."""
+
+        class_version = 1
+        tenant: str
+        context_id: str
+        skill: str
+        skill_version: int
+        message: JSON
+        params: JSON
+
+        def apply(self, aggregate: Aggregate) -> None:
+            task = _as_task(aggregate)
+            task.tenant = self.tenant
+            task.context_id = self.context_id
+            task.skill = self.skill
+            task.skill_version = self.skill_version
+            task.params = dict(self.params)
+            task.history = [self.message]
+            task.latest_input = self.message
+            task.state = TaskState.SUBMITTED
+            task.status_message = None
+            task.status_timestamp = self.timestamp
+            task.lease_owner = None
+            task.lease_epoch = 0
+            task.lease_until = None
+            task.next_step = 0
+            task.checkpoint = {}
+            task.effects = {}
+            task.artifacts = {}
+            task.pause = None
+            task.push_configs = {}
+            task.expired = False
+
+    class Event(Aggregate.Event):
+        """Base for every event after submission."""
+
+        def apply(self, aggregate: Aggregate) -> None:
+            self.evolve(_as_task(aggregate))
+
+        def evolve(self, task: Task) -> None:
+            """Mutate the task; overridden by each event."""
+
+    class LeaseGranted(Event):
+        """A worker claimed the task. ``epoch`` increases on every grant: it is the fence."""
+
+        class_version = 1
+        worker: str
+        epoch: int
+        until: datetime
+
+        def evolve(self, task: Task) -> None:
+            task.lease_owner, task.lease_epoch, task.lease_until = self.worker, self.epoch, self.until
+            if task.state == TaskState.SUBMITTED:
+                task._set_state(TaskState.WORKING, None, self.timestamp)
+
+    class LeaseExtended(Event):
+        """The holder renewed its lease during a long step."""
+
+        class_version = 1
+        epoch: int
+        until: datetime
+
+        def evolve(self, task: Task) -> None:
+            task.lease_until = self.until
+
+    class LeaseReleased(Event):
+        """The holder gave the lease up (shutdown, or a step it could not finish)."""
+
+        class_version = 1
+        epoch: int
+        reason: str
+
+        def evolve(self, task: Task) -> None:
+            task._clear_lease()
+
+    class StepCompleted(Event):
+        """A step finished: the checkpoint and next step index move on, the lease is extended."""
+
+        class_version = 1
+        epoch: int
+        step: int
+        checkpoint: JSON
+        lease_until: datetime
+
+        def evolve(self, task: Task) -> None:
+            task.next_step = self.step + 1
+            task.checkpoint = dict(self.checkpoint)
+            task.lease_until = self.lease_until
+
+    class CheckpointSaved(Event):
+        """A long step saved its checkpoint mid-step (a sub-step commit)."""
+
+        class_version = 1
+        epoch: int
+        step: int
+        checkpoint: JSON
+        lease_until: datetime
+
+        def evolve(self, task: Task) -> None:
+            task.checkpoint = dict(self.checkpoint)
+            task.lease_until = self.lease_until
+
+    class ProgressReported(Event):
+        """The running step told the client what it is doing (a status message)."""
+
+        class_version = 1
+        epoch: int
+        message: JSON
+
+        def evolve(self, task: Task) -> None:
+            task.status_message = self.message
+            task.status_timestamp = self.timestamp
+
+    class InputRequested(Event):
+        """The task asked a person for input and released its lease until ``deadline``."""
+
+        class_version = 1
+        epoch: int
+        step: int
+        checkpoint: JSON
+        question: JSON
+        deadline: datetime
+        on_deadline: str
+
+        def evolve(self, task: Task) -> None:
+            task._pause(self, TaskState.INPUT_REQUIRED)
+
+    class AuthRequested(Event):
+        """The task asked for credentials and released its lease until ``deadline``."""
+
+        class_version = 1
+        epoch: int
+        step: int
+        checkpoint: JSON
+        question: JSON
+        deadline: datetime
+        on_deadline: str
+
+        def evolve(self, task: Task) -> None:
+            task._pause(self, TaskState.AUTH_REQUIRED)
+
+    class InputReceived(Event):
+        """An answer arrived for a paused task; the task is runnable again."""
+
+        class_version = 1
+        message: JSON
+
+        def evolve(self, task: Task) -> None:
+            task.history.append(self.message)
+            task.latest_input = self.message
+            task.pause = None
+            task._set_state(TaskState.WORKING, None, self.timestamp)
+
+    class ArtifactChunkAppended(Event):
+        """A step produced an artifact, or one more chunk of it."""
+
+        class_version = 1
+        epoch: int
+        artifact: JSON
+        append: bool
+        last_chunk: bool
+
+        def evolve(self, task: Task) -> None:
+            artifact_id = self.artifact["artifactId"]
+            existing = task.artifacts.get(artifact_id)
+            if self.append and existing is not None:
+                merged = dict(existing)
+                merged["parts"] = [*existing["parts"], *self.artifact["parts"]]
+                task.artifacts[artifact_id] = merged
+            else:
+                task.artifacts[artifact_id] = dict(self.artifact)
+
+    class EffectRecorded(Event):
+        """A run-once side effect succeeded; its result is kept under its key."""
+
+        class_version = 1
+        epoch: int
+        key: str
+        result: Any
+
+        def evolve(self, task: Task) -> None:
+            task.effects[self.key] = self.result
+
+    class PushConfigSet(Event):
+        """A client registered (or replaced) a push notification config."""
+
+        class_version = 1
+        config: JSON
+
+        def evolve(self, task: Task) -> None:
+            task.push_configs[self.config["id"]] = dict(self.config)
+
+    class PushConfigRemoved(Event):
+        """A client deleted a push notification config."""
+
+        class_version = 1
+        config_id: str
+
+        def evolve(self, task: Task) -> None:
+            task.push_configs.pop(self.config_id, None)
+
+    class Completed(Event):
+        """The last step finished; the task is immutable from here on."""
+
+        class_version = 1
+        epoch: int
+        message: JSON | None
+
+        def evolve(self, task: Task) -> None:
+            task._clear_lease()
+            task._set_state(TaskState.COMPLETED, self.message, self.timestamp)
+
+    class Failed(Event):
+        """The task failed: a step said so, or its pause passed the deadline."""
+
+        class_version = 1
+        reason: str
+        message: JSON | None
+
+        def evolve(self, task: Task) -> None:
+            task._clear_lease()
+            task.pause = None
+            task._set_state(TaskState.FAILED, self.message, self.timestamp)
+
+    class Canceled(Event):
+        """A client canceled the task, or its pause passed a deadline that cancels."""
+
+        class_version = 1
+        reason: str
+        message: JSON | None
+
+        def evolve(self, task: Task) -> None:
+            task._clear_lease()
+            task.pause = None
+            task._set_state(TaskState.CANCELED, self.message, self.timestamp)
+
+    class Rejected(Event):
+        """The skill refused the task."""
+
+        class_version = 1
+        epoch: int
+        reason: str
+        message: JSON | None
+
+        def evolve(self, task: Task) -> None:
+            task._clear_lease()
+            task._set_state(TaskState.REJECTED, self.message, self.timestamp)
+
+    class Expired(Event):
+        """A terminal task passed its retention time; it now answers TaskNotFound."""
+
+        class_version = 1
+        reason: str
+
+        def evolve(self, task: Task) -> None:
+            task.expired = True
+
+    # ------------------------------------------------------------------ state
+
+    tenant: str
+    context_id: str
+    skill: str
+    skill_version: int
+    params: JSON
+    history: list[JSON]
+    latest_input: JSON
+    state: TaskState
+    status_message: JSON | None
+    status_timestamp: datetime
+    lease_owner: str | None
+    lease_epoch: int
+    lease_until: datetime | None
+    next_step: int
+    checkpoint: JSON
+    effects: dict[str, Any]
+    artifacts: dict[str, JSON]
+    pause: JSON | None
+    push_configs: dict[str, JSON]
+    expired: bool
+
+    def __init__(self) -> None:
+        """State is set by ``Submitted.apply``; use ``Task.submit`` to create a task."""
+
+    # ------------------------------------------------------------------ creation
+
+    @classmethod
+    def submit(
+        cls,
+        *,
+        task_id: UUID,
+        now: datetime,
+        tenant: str,
+        context_id: str,
+        skill: str,
+        skill_version: int,
+        message: JSON,
+        params: JSON,
+    ) -> Task:
+        """Create a task in TASK_STATE_SUBMITTED."""
+        if not skill:
+            raise InvalidCommandError("a task needs a skill")
+        if skill_version < 1:
+            raise InvalidCommandError("skill versions start at 1")
+        return cls._create(
+            cls.Submitted,
+            id=task_id,
+            timestamp=now,
+            tenant=tenant,
+            context_id=context_id,
+            skill=skill,
+            skill_version=skill_version,
+            message=message,
+            params=params,
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the task reached a terminal state."""
+        return self.state in TERMINAL
+
+    def lease_valid_at(self, now: datetime) -> bool:
+        """Whether some worker holds a lease that has not expired at ``now``."""
+        return self.lease_owner is not None and self.lease_until is not None and now < self.lease_until
+
+    def is_claimable_at(self, now: datetime) -> bool:
+        """Whether a worker may claim the task at ``now``."""
+        return self.state in RUNNABLE and not self.lease_valid_at(now)
+
+    # ------------------------------------------------------------------ worker commands
+
+    def grant_lease(self, *, worker: str, now: datetime, until: datetime) -> int:
+        """Give ``worker`` the lease until ``until``; returns the new epoch (the fence)."""
+        self._check_not_terminal(TaskState.WORKING)
+        if self.state not in RUNNABLE:
+            raise NotRunnableError(f"task {self.id} is {self.state}, not runnable")
+        if self.lease_valid_at(now):
+            raise LeaseHeldError(f"task {self.id} is leased to {self.lease_owner} until {self.lease_until}")
+        if until <= now:
+            raise InvalidCommandError("a lease must end after it starts")
+        epoch = self.lease_epoch + 1
+        self._trigger(self.LeaseGranted, now, worker=worker, epoch=epoch, until=until)
+        return epoch
+
+    def extend_lease(self, *, epoch: int, now: datetime, until: datetime) -> None:
+        """Renew the caller's lease during a long step."""
+        self.check_lease(epoch, now)
+        if until <= now:
+            raise InvalidCommandError("a lease must end after it starts")
+        self._trigger(self.LeaseExtended, now, epoch=epoch, until=until)
+
+    def release_lease(self, *, epoch: int, now: datetime, reason: str) -> None:
+        """Give the lease back so another worker resumes at once."""
+        self.check_lease(epoch, now)
+        self._trigger(self.LeaseReleased, now, epoch=epoch, reason=reason)
+
+    def complete_step(
+        self, *, epoch: int, now: datetime, step: int, checkpoint: JSON, lease_until: datetime
+    ) -> None:
+        """Commit step ``step`` (which must be the next one) with its new checkpoint."""
+        self.check_lease(epoch, now)
+        self._check_step(step)
+        self._trigger(
+            self.StepCompleted, now, epoch=epoch, step=step, checkpoint=checkpoint, lease_until=lease_until
+        )
+
+    def save_checkpoint(
+        self, *, epoch: int, now: datetime, step: int, checkpoint: JSON, lease_until: datetime
+    ) -> None:
+        """Commit a sub-step of the running step: the checkpoint moves, the step index does not."""
+        self.check_lease(epoch, now)
+        self._check_step(step)
+        self._trigger(
+            self.CheckpointSaved, now, epoch=epoch, step=step, checkpoint=checkpoint, lease_until=lease_until
+        )
+
+    def report_progress(self, *, epoch: int, now: datetime, message: JSON) -> None:
+        """Record a progress message as the task's current status message."""
+        self.check_lease(epoch, now)
+        self._trigger(self.ProgressReported, now, epoch=epoch, message=message)
+
+    def request_input(
+        self,
+        *,
+        epoch: int,
+        now: datetime,
+        step: int,
+        checkpoint: JSON,
+        question: JSON,
+        deadline: datetime,
+        on_deadline: str = "fail",
+        auth: bool = False,
+    ) -> None:
+        """Finish ``step`` by pausing until a person answers or ``deadline`` passes.
+
+        Releases the lease; the answer makes the task runnable again at ``step + 1``.
+        """
+        target = TaskState.AUTH_REQUIRED if auth else TaskState.INPUT_REQUIRED
+        self._check_transition(target)
+        self.check_lease(epoch, now)
+        self._check_step(step)
+        if deadline <= now:
+            raise InvalidCommandError("a pause deadline must lie in the future")
+        if on_deadline not in ON_DEADLINE_CHOICES:
+            raise InvalidCommandError(f"on_deadline must be one of {ON_DEADLINE_CHOICES}")
+        event_class = self.AuthRequested if auth else self.InputRequested
+        self._trigger(
+            event_class,
+            now,
+            epoch=epoch,
+            step=step,
+            checkpoint=checkpoint,
+            question=question,
+            deadline=deadline,
+            on_deadline=on_deadline,
+        )
+
+    def append_artifact(
+        self, *, epoch: int, now: datetime, artifact: JSON, append: bool = False, last_chunk: bool = True
+    ) -> None:
+        """Add an artifact, or append one more chunk (``append``) to an existing one."""
+        self.check_lease(epoch, now)
+        if not artifact.get("artifactId") or not artifact.get("parts"):
+            raise InvalidCommandError("an artifact needs an artifactId and at least one part")
+        self._trigger(self.ArtifactChunkAppended, now, epoch=epoch, artifact=artifact, append=append, last_chunk=last_chunk)
+
+    def record_effect(self, *, epoch: int, now: datetime, key: str, result: Any) -> None:
+        """Record the result of a run-once side effect under ``key``."""
+        self.check_lease(epoch, now)
+        if key in self.effects:
+            raise EffectAlreadyRecordedError(f"effect {key!r} of task {self.id} is already recorded")
+        self._trigger(self.EffectRecorded, now, epoch=epoch, key=key, result=result)
+
+    def complete(self, *, epoch: int, now: datetime, message: JSON | None) -> None:
+        """Finish the task successfully."""
+        self._check_transition(TaskState.COMPLETED)
+        self.check_lease(epoch, now)
+        self._trigger(self.Completed, now, epoch=epoch, message=message)
+
+    def fail(self, *, epoch: int, now: datetime, reason: str, message: JSON | None) -> None:
+        """A step failed the task."""
+        self._check_transition(TaskState.FAILED)
+        self.check_lease(epoch, now)
+        self._trigger(self.Failed, now, reason=reason, message=message)
+
+    def reject(self, *, epoch: int, now: datetime, reason: str, message: JSON | None) -> None:
+        """The skill refused the task."""
+        self._check_transition(TaskState.REJECTED)
+        self.check_lease(epoch, now)
+        self._trigger(self.Rejected, now, epoch=epoch, reason=reason, message=message)
+
+    # ------------------------------------------------------------------ client and sweeper commands
+
+    def receive_input(self, *, now: datetime, message: JSON) -> None:
+        """Append a person's answer to a paused task; it becomes runnable again."""
+        self._check_not_terminal(TaskState.WORKING)
+        if self.state not in INTERRUPTED or self.pause is None:
+            raise NotPausedError(f"task {self.id} is {self.state}, not waiting for input")
+        if now >= self.pause_deadline:
+            raise PauseDeadlinePassedError(
+                f"task {self.id} stopped waiting for input at {self.pause_deadline.isoformat()}"
+            )
+        self._trigger(self.InputReceived, now, message=message)
+
+    def cancel(self, *, now: datetime, reason: str, message: JSON | None = None) -> None:
+        """Cancel the task; any lease holder is fenced out by this event."""
+        self._check_transition(TaskState.CANCELED)
+        self._trigger(self.Canceled, now, reason=reason, message=message)
+
+    def expire_pause(self, *, now: datetime, message: JSON) -> None:
+        """Fail or cancel a pause whose deadline passed, as the pause said."""
+        if self.state not in INTERRUPTED or self.pause is None:
+            raise NotPausedError(f"task {self.id} is {self.state}, not paused")
+        if now < self.pause_deadline:
+            raise DeadlineNotReachedError(f"task {self.id} may wait until {self.pause_deadline.isoformat()}")
+        reason = f"no answer before the deadline {self.pause_deadline.isoformat()}"
+        if self.pause["on_deadline"] == "cancel":
+            self._trigger(self.Canceled, now, reason=reason, message=message)
+        else:
+            self._trigger(self.Failed, now, reason=reason, message=message)
+
+    def set_push_config(self, *, now: datetime, config: JSON) -> None:
+        """Register or replace a push notification config (``config['id']`` is its key)."""
+        self._check_not_terminal(self.state)
+        if not config.get("id") or not config.get("url"):
+            raise InvalidCommandError("a push config needs an id and a url")
+        self._trigger(self.PushConfigSet, now, config=config)
+
+    def remove_push_config(self, *, now: datetime, config_id: str) -> None:
+        """Delete a push notification config; deleting an absent one records nothing."""
+        if config_id in self.push_configs:
+            self._trigger(self.PushConfigRemoved, now, config_id=config_id)
+
+    def expire(self, *, now: datetime, reason: str) -> None:
+        """Mark a terminal task as past retention. Only terminal tasks expire, and only once."""
+        if not self.is_terminal:
+            raise InvalidCommandError(f"task {self.id} is {self.state}; only terminal tasks expire")
+        if self.expired:
+            raise InvalidCommandError(f"task {self.id} already expired")
+        self._trigger(self.Expired, now, reason=reason)
+
+    # ------------------------------------------------------------------ checks
+
+    @property
+    def pause_deadline(self) -> datetime:
+        """The current pause's deadline (only meaningful while paused)."""
+        assert self.pause is not None
+        deadline: datetime = self.pause["deadline"]
+        return deadline
+
+    def check_lease(self, epoch: int, now: datetime) -> None:
+        """The fence: raise ``LeaseLostError`` unless ``epoch`` holds a valid lease at ``now``."""
+        if self.is_terminal:
+            raise LeaseLostError(self.id, epoch, f"the task is {self.state}")
+        if self.state != TaskState.WORKING:
+            raise LeaseLostError(self.id, epoch, f"the task is {self.state}")
+        if epoch != self.lease_epoch or self.lease_owner is None:
+            raise LeaseLostError(self.id, epoch, f"the lease is now epoch {self.lease_epoch}")
+        if not self.lease_valid_at(now):
+            raise LeaseLostError(self.id, epoch, "the lease expired")
+
+    def _check_step(self, step: int) -> None:
+        if step != self.next_step:
+            raise StepOrderError(f"task {self.id} is at step {self.next_step}, not {step}")
+
+    def _check_not_terminal(self, target: TaskState) -> None:
+        if self.is_terminal:
+            raise TaskTerminalError(self.id, self.state, target)
+
+    def _check_transition(self, target: TaskState) -> None:
+        self._check_not_terminal(target)
+        if not can_transition(self.state, target):
+            raise IllegalTransitionError(self.id, self.state, target)
+
+    # ------------------------------------------------------------------ mutation helpers
+
+    def _trigger(self, event_class: type[Task.Event], now: datetime, **kwargs: Any) -> None:
+        self.trigger_event(event_class, timestamp=now, **kwargs)
+
+    def _set_state(self, state: TaskState, message: JSON | None, at: datetime) -> None:
+        self.state = state
+        self.status_message = message
+        self.status_timestamp = at
+
+    def _clear_lease(self) -> None:
+        self.lease_owner = None
+        self.lease_until = None
+
+    def _pause(self, event: Task.InputRequested | Task.AuthRequested, state: TaskState) -> None:
+        self.next_step = event.step + 1
+        self.checkpoint = dict(event.checkpoint)
+        self.pause = {"deadline": event.deadline, "on_deadline": event.on_deadline}
+        self.history.append(event.question)
+        self._clear_lease()
+        self._set_state(state, event.question, event.timestamp)
+
+
+def _as_task(aggregate: Aggregate) -> Task:
+    assert isinstance(aggregate, Task)
+    return aggregate
+
+
+def lease_end(now: datetime, seconds: float) -> datetime:
+    """The end of a lease of ``seconds`` starting at ``now``."""
+    return now + timedelta(seconds=seconds)

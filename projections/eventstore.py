@@ -1,0 +1,132 @@
+"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3).
+
+Every save is one transaction that appends the events (version-checked by the
+``(originator_id, originator_version)`` primary key) and writes the run-queue rows derived from
+them. A lost race surfaces as ``ConflictError`` (reload and retry); the domain's
+``LeaseLostError`` is raised by the command itself after a reload, and stops the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
+from uuid import UUID
+
+import psycopg
+from eventsourcing.application import Application
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import RecordConflictError
+from eventsourcing.utils import get_topic
+from psycopg import sql
+
+from domain.task import Task
+from projections.run_queue import RunQueueRecorder, RunQueueRow
+
+APP_NAME = "longhaul"
+SNAPSHOT_INTERVAL = 100
+
+
+class ConflictError(Exception):
+    """Someone appended to one of the saved tasks first. Reload, re-check and retry."""
+
+
+class TaskNotFoundError(LookupError):
+    """No task has this id (in this store)."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where the store lives. ``schema`` isolates deployments (and tests) in one database."""
+
+    database_url: str
+    schema: str = "public"
+    pool_size: int = 5
+    max_overflow: int = 10
+    lock_timeout_s: int = 5
+    cache_size: int = 0
+
+
+def postgres_env(config: StoreConfig) -> dict[str, str]:
+    """The ``eventsourcing`` environment for ``config``."""
+    url = urlparse(config.database_url)
+    if url.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"not a PostgreSQL URL: {config.database_url!r}")
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "APPLICATION_RECORDER_TOPIC": get_topic(RunQueueRecorder),
+        "POSTGRES_DBNAME": unquote(url.path.lstrip("/")) or "postgres",
+        "POSTGRES_HOST": url.hostname or "127.0.0.1",
+        "POSTGRES_PORT": str(url.port or 5432),
+        "POSTGRES_USER": unquote(url.username or "postgres"),
+        "POSTGRES_PASSWORD": unquote(url.password or ""),
+        "POSTGRES_SCHEMA": config.schema,
+        "POSTGRES_POOL_SIZE": str(config.pool_size),
+        "POSTGRES_MAX_OVERFLOW": str(config.max_overflow),
+        "POSTGRES_LOCK_TIMEOUT": str(config.lock_timeout_s),
+        "POSTGRES_CONNECT_TIMEOUT": "10",
+        "POSTGRES_PRE_PING": "y",
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    if config.cache_size:
+        env["AGGREGATE_CACHE_MAXSIZE"] = str(config.cache_size)
+        env["AGGREGATE_CACHE_FASTFORWARD"] = "y"
+    return env
+
+
+def ensure_schema(config: StoreConfig) -> None:
+    """Create the store's schema if it is missing (the library expects it to exist)."""
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(config.schema)))
+
+
+class TaskStore(Application[UUID]):
+    """The Task event store with its inline run queue."""
+
+    name = APP_NAME
+    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}  # type: ignore[misc]
+
+    def __init__(self, config: StoreConfig) -> None:
+        ensure_schema(config)
+        self.config = config
+        super().__init__(env=postgres_env(config))
+
+    @property
+    def run_queue(self) -> RunQueueRecorder:
+        """The run-queue view and its queries."""
+        recorder = self.recorder
+        assert isinstance(recorder, RunQueueRecorder)
+        return recorder
+
+    def get(self, task_id: UUID, version: int | None = None) -> Task:
+        """Rebuild a task from its snapshot and events (at ``version``, if given)."""
+        try:
+            task = self.repository.get(task_id, version=version)
+        except Exception as error:
+            if type(error).__name__ == "AggregateNotFoundError":
+                raise TaskNotFoundError(str(task_id)) from error
+            raise
+        assert isinstance(task, Task)
+        return task
+
+    def save_tasks(self, *tasks: Task) -> list[int]:
+        """Append every pending event of ``tasks`` in one transaction; returns log positions.
+
+        Raises ``ConflictError`` if another writer appended to any of them first; then nothing
+        was written.
+        """
+        rows = [RunQueueRow.of(t) for t in tasks if t.pending_events]
+        try:
+            recordings = self.save(*tasks, run_queue=rows)
+        except RecordConflictError as error:
+            raise ConflictError(str(error)) from error
+        return [r.notification.id for r in recordings]
+
+    def history(self, task_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
+        """Every event of a task, oldest first."""
+        return iter(self.events.get(task_id))
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        super().close()
