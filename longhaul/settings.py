@@ -1,0 +1,67 @@
+"""Settings from the environment (prefix ``LONGHAUL_``), typed and validated at start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob an operator can turn. Each field is ``LONGHAUL_<NAME>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="LONGHAUL_", extra="ignore", validate_default=True)
+
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL (postgresql://user:pass@host:port/db). Unset: embedded PostgreSQL.",
+    )
+    database_schema: str = Field(default="public", description="Schema that holds longhaul's tables.")
+    nats_url: str | None = Field(default=None, description="NATS URL (nats://host:port). Unset: embedded NATS.")
+    nats_stream: str = Field(default="LONGHAUL_TASKS", description="JetStream stream for task events.")
+    nats_subject_prefix: str = Field(default="longhaul", description="Subjects are <prefix>.tasks.<tenant>.<task>.")
+    host: str = Field(default="127.0.0.1", description="Address the gateway listens on.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port the gateway listens on.")
+    public_url: str | None = Field(default=None, description="Base URL clients reach the gateway at.")
+    lease_seconds: float = Field(default=30.0, gt=0, description="Length of a worker's lease on a task.")
+    worker_concurrency: int = Field(default=8, ge=1, le=1024, description="Tasks one worker runs at once.")
+    worker_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM: time for running steps to commit.")
+    data_dir: Path = Field(default=Path(".longhaul"), description="Embedded services' data.")
+    default_skill: str = Field(default="echo", description="Skill for messages that name none.")
+    max_pause: timedelta = Field(default=timedelta(days=7), description="Deadline of a pause that names none.")
+    skill_modules: list[str] = Field(
+        default_factory=list, description="Import paths of extra modules that define SKILLS (JSON list)."
+    )
+    iam_url: str | None = Field(default=None, description="Base URL of the IAM the access-review skill calls.")
+    sweep_interval_seconds: float = Field(default=1.0, gt=0, description="How often the sweeper looks for work.")
+    retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (for example postgresql://postgres@127.0.0.1:5432/longhaul)")
+        return value or None
+
+    @field_validator("nats_url")
+    @classmethod
+    def _check_nats_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("nats://", "tls://")):
+            raise ValueError("must start with nats:// (for example nats://127.0.0.1:4222)")
+        return value or None
+
+    @field_validator("nats_subject_prefix", "nats_stream")
+    @classmethod
+    def _check_token(cls, value: str) -> str:
+        if not value or any(c in value for c in " *>\t"):
+            raise ValueError("must be non-empty and contain no spaces, '*' or '>'")
+        return value
+
+    @field_validator("max_pause", "retention")
+    @classmethod
+    def _check_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be positive (seconds, or an ISO 8601 duration such as P7D)")
+        return value
