@@ -99,6 +99,11 @@ class TaskStore(Application[UUID]):
         assert isinstance(recorder, RunQueueRecorder)
         return recorder
 
+    @property
+    def recorder_channel(self) -> str:
+        """The channel every append NOTIFYs (for ``LISTEN``-based wake-ups)."""
+        return self.run_queue.channel_name
+
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""
         try:

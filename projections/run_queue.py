@@ -203,3 +203,11 @@ class RunQueueRecorder(PostgresApplicationRecorder):
         """The stored row of one task."""
         rows = self._query("SELECT * FROM {schema}.{table} WHERE task_id = %s", (task_id,))
         return RunQueueRow(**rows[0]) if rows else None
+
+    def owners(self, task_ids: Sequence[UUID]) -> dict[UUID, tuple[str, str | None]]:
+        """``task_id -> (state, lease owner)`` for ``task_ids``: one query for a worker's watch."""
+        rows = self._query(
+            "SELECT task_id, state, lease_owner FROM {schema}.{table} WHERE task_id = ANY(%s)",
+            (list(task_ids),),
+        )
+        return {r["task_id"]: (r["state"], r["lease_owner"]) for r in rows}

@@ -1,0 +1,96 @@
+"""The durable ``StepContext`` a running step sees."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from domain.skill import JSON
+from domain.task import Task
+from workers.lease import LeasedTask
+from workers.messages import agent_message
+
+
+class DurableStepContext:
+    """Implements ``domain.skill.StepContext`` on top of a held lease.
+
+    Every write (a sub-step checkpoint, an effect result, an artifact chunk, a progress message)
+    is its own fenced commit that also extends the lease.
+    """
+
+    def __init__(self, lease: LeasedTask, step: int) -> None:
+        self._lease = lease
+        self._step = step
+        task = lease.task
+        self._checkpoint: JSON = copy.deepcopy(task.checkpoint)
+        self._params: JSON = copy.deepcopy(task.params)
+        self._latest_input: JSON = copy.deepcopy(task.latest_input)
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        return str(self._lease.task_id)
+
+    @property
+    def checkpoint(self) -> JSON:
+        """The checkpoint as of the last commit (a private copy)."""
+        return self._checkpoint
+
+    @property
+    def params(self) -> JSON:
+        """Skill parameters from the first message's data part."""
+        return self._params
+
+    @property
+    def latest_input(self) -> JSON:
+        """The latest client message."""
+        return self._latest_input
+
+    async def once(self, key: str, fn: Callable[[str], Awaitable[Any]]) -> Any:
+        """Run ``fn`` at most once for this task and ``key``; record and return its result."""
+        recorded = self._lease.task.effects
+        if key in recorded:
+            return copy.deepcopy(recorded[key])
+        result = await fn(f"{self.task_id}:{key}")
+
+        def record(task: Task, now: datetime) -> None:
+            if key not in task.effects:
+                task.record_effect(epoch=self._lease.epoch, now=now, key=key, result=result)
+
+        await self._lease.commit(record)
+        return copy.deepcopy(self._lease.task.effects[key])
+
+    async def commit(self, checkpoint: JSON) -> None:
+        """Save ``checkpoint`` mid-step."""
+        saved = copy.deepcopy(checkpoint)
+
+        def save(task: Task, now: datetime) -> None:
+            task.save_checkpoint(
+                epoch=self._lease.epoch,
+                now=now,
+                step=self._step,
+                checkpoint=saved,
+                lease_until=self._lease.lease_until(now),
+            )
+
+        await self._lease.commit(save)
+        self._checkpoint = copy.deepcopy(checkpoint)
+
+    async def emit_artifact(self, artifact: JSON, *, append: bool = False, last_chunk: bool = True) -> None:
+        """Commit an artifact or one chunk of it."""
+        chunk = copy.deepcopy(artifact)
+
+        def emit(task: Task, now: datetime) -> None:
+            task.append_artifact(epoch=self._lease.epoch, now=now, artifact=chunk, append=append, last_chunk=last_chunk)
+
+        await self._lease.commit(emit)
+
+    async def progress(self, text: str) -> None:
+        """Commit a progress status message."""
+
+        def report(task: Task, now: datetime) -> None:
+            task.report_progress(epoch=self._lease.epoch, now=now, message=agent_message(task, text))
+
+        await self._lease.commit(report)

@@ -1,0 +1,102 @@
+"""A held lease on one task, and the fenced commit loop every worker-side write goes through.
+
+``LeasedTask`` keeps the worker's copy of the task aggregate. Each write is a domain command
+applied to that copy and saved in one transaction at the copy's version:
+
+- ``ConflictError``: someone appended first (a client message, a push config, a cancel). The
+  copy is reloaded and the command re-applied; the command's own lease check decides whether
+  the lease still holds.
+- ``LeaseLostError``: the lease was superseded. The caller stops and never writes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+from domain.clock import Clock
+from domain.errors import LeaseLostError
+from domain.task import Task, lease_end
+from projections.eventstore import ConflictError, TaskStore
+
+MAX_CONFLICT_RETRIES = 20
+
+Command = Callable[[Task, datetime], None]
+"""A domain command applied to the worker's task copy at a given time."""
+
+
+class LeasedTask:
+    """The worker's side of one lease: the task copy, the epoch, and a commit lock."""
+
+    def __init__(self, *, store: TaskStore, task: Task, epoch: int, clock: Clock, lease_seconds: float) -> None:
+        self.store = store
+        self.task = task
+        self.epoch = epoch
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.lost: LeaseLostError | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def task_id(self) -> UUID:
+        """The leased task's id."""
+        return self.task.id
+
+    def lease_until(self, now: datetime) -> datetime:
+        """The lease end a commit made at ``now`` extends to."""
+        return lease_end(now, self.lease_seconds)
+
+    async def commit(self, command: Command) -> Task:
+        """Apply ``command(task, now)`` and append its events, fenced by the lease.
+
+        Retries after a conflict with the reloaded task; raises ``LeaseLostError`` (and
+        remembers it) once the lease no longer holds.
+        """
+        async with self._lock:
+            if self.lost is not None:
+                raise self.lost
+            for _ in range(MAX_CONFLICT_RETRIES):
+                task = self.task
+                try:
+                    command(task, self.clock())
+                except LeaseLostError as error:
+                    self.lost = error
+                    raise
+                try:
+                    await asyncio.to_thread(self.store.save_tasks, task)
+                except ConflictError:
+                    self.task = await asyncio.to_thread(self.store.get, self.task_id)
+                    continue
+                except BaseException:
+                    # The copy holds events that may not be stored: never reuse it.
+                    self.task = await asyncio.to_thread(self.store.get, self.task_id)
+                    raise
+                return task
+            raise ConflictError(f"task {self.task_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+
+    async def renew(self) -> None:
+        """Extend the lease (a fenced ``LeaseExtended`` event)."""
+
+        def extend(task: Task, now: datetime) -> None:
+            task.extend_lease(epoch=self.epoch, now=now, until=self.lease_until(now))
+
+        await self.commit(extend)
+
+    async def release(self, reason: str) -> None:
+        """Give the lease back so another worker can resume at once; quiet if already lost."""
+
+        def release(task: Task, now: datetime) -> None:
+            task.release_lease(epoch=self.epoch, now=now, reason=reason)
+
+        try:
+            await self.commit(release)
+        except LeaseLostError:
+            pass
+
+    async def refresh(self) -> Task:
+        """Reload the task (to see what others appended) without writing."""
+        async with self._lock:
+            self.task = await asyncio.to_thread(self.store.get, self.task_id)
+            return self.task

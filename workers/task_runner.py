@@ -1,0 +1,183 @@
+"""Runs one leased task, one step at a time, each step ending in one fenced commit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from domain.errors import LeaseLostError
+from domain.skill import AskAuth, AskInput, Complete, Continue, Fail, Reject, Skill, StepOutcome
+from domain.task import Task
+from workers.context import DurableStepContext
+from workers.lease import Command, LeasedTask
+from workers.messages import agent_message
+
+log = logging.getLogger(__name__)
+
+RENEW_FRACTION = 3
+"""A step that runs longer than lease/RENEW_FRACTION renews the lease."""
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How a runner treats failing steps and pauses."""
+
+    max_pause: timedelta
+    max_step_attempts: int = 5
+    retry_backoff_s: float = 0.2
+
+
+class Draining(Exception):
+    """The worker is shutting down: stop after the current commit."""
+
+
+class TaskRunner:
+    """Drives one task under one lease until it pauses, ends, is drained or loses the lease."""
+
+    def __init__(self, lease: LeasedTask, skill: Skill, policy: RunPolicy, draining: asyncio.Event) -> None:
+        self.lease = lease
+        self.skill = skill
+        self.policy = policy
+        self.draining = draining
+        self.step_task: asyncio.Task[StepOutcome] | None = None
+        self.aborting = False
+
+    async def run(self) -> None:
+        """Run steps until the task leaves the worker's hands."""
+        try:
+            await self._run_steps()
+        except LeaseLostError as error:
+            log.info("task %s: stopped, %s", self.lease.task_id, error.reason)
+        except Draining:
+            await self.lease.release("worker shutting down")
+            log.info("task %s: lease released for shutdown", self.lease.task_id)
+
+    async def _run_steps(self) -> None:
+        attempts = 0
+        while True:
+            task = self.lease.task
+            if task.state != "TASK_STATE_WORKING" or task.lease_epoch != self.lease.epoch:
+                return
+            if self.draining.is_set():
+                raise Draining
+            index = task.next_step
+            if index >= len(self.skill.steps):
+                await self.lease.commit(self._finish_without_outcome)
+                return
+            try:
+                outcome = await self._run_one(index)
+            except (LeaseLostError, Draining, asyncio.CancelledError):
+                raise
+            except Exception as error:  # a step failed: retry it from its checkpoint
+                attempts += 1
+                log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
+                if attempts >= self.policy.max_step_attempts:
+                    reason = f"step {index} failed {attempts} times; last error: {error!r}"
+                    await self.lease.commit(self._fail(reason))
+                    return
+                await asyncio.sleep(self.policy.retry_backoff_s * attempts)
+                await self.lease.refresh()
+                continue
+            attempts = 0
+            await self.lease.commit(self._apply(index, outcome))
+            if not isinstance(outcome, Continue):
+                return
+
+    async def _run_one(self, index: int) -> StepOutcome:
+        """Run step ``index`` with lease renewal in the background."""
+        context = DurableStepContext(self.lease, index)
+        self.step_task = asyncio.ensure_future(self.skill.steps[index](context))
+        renewer = asyncio.ensure_future(self._renew_while(self.step_task))
+        try:
+            return await self.step_task
+        except asyncio.CancelledError:
+            if self.lease.lost is not None:
+                raise self.lease.lost from None
+            if self.aborting:
+                raise Draining from None
+            raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LeaseLostError):
+                await renewer
+            self.step_task = None
+
+    async def _renew_while(self, step: asyncio.Task[StepOutcome]) -> None:
+        interval = self.lease.lease_seconds / RENEW_FRACTION
+        while not step.done():
+            await asyncio.sleep(interval)
+            if step.done():
+                return
+            try:
+                await self.lease.renew()
+            except LeaseLostError:
+                step.cancel()
+                return
+
+    def abort(self) -> None:
+        """Shutdown past the grace period: cancel the running step, then release the lease."""
+        self.aborting = True
+        self.stop_step()
+
+    def stop_step(self) -> None:
+        """Cancel the running step's coroutine (task canceled or lease lost)."""
+        if self.step_task is not None and not self.step_task.done():
+            self.step_task.cancel()
+
+    # ------------------------------------------------------------------ outcome -> events
+
+    def _apply(self, index: int, outcome: StepOutcome) -> Command:
+        epoch = self.lease.epoch
+        lease = self.lease
+
+        def command(task: Task, now: datetime) -> None:
+            if isinstance(outcome, Continue):
+                task.complete_step(
+                    epoch=epoch, now=now, step=index, checkpoint=outcome.checkpoint, lease_until=lease.lease_until(now)
+                )
+                if index + 1 >= len(self.skill.steps):
+                    task.complete(epoch=epoch, now=now, message=None)
+            elif isinstance(outcome, (AskInput, AskAuth)):
+                wait = outcome.deadline if outcome.deadline is not None else self.policy.max_pause
+                wait = min(wait, self.policy.max_pause)
+                task.request_input(
+                    epoch=epoch,
+                    now=now,
+                    step=index,
+                    checkpoint=outcome.checkpoint,
+                    question=agent_message(task, outcome.question, outcome.data),
+                    deadline=now + wait,
+                    on_deadline=outcome.on_deadline,
+                    auth=isinstance(outcome, AskAuth),
+                )
+            elif isinstance(outcome, Complete):
+                for artifact in outcome.artifacts:
+                    task.append_artifact(epoch=epoch, now=now, artifact=dict(artifact))
+                task.complete_step(
+                    epoch=epoch, now=now, step=index, checkpoint=task.checkpoint, lease_until=lease.lease_until(now)
+                )
+                message = agent_message(task, outcome.message) if outcome.message else None
+                task.complete(epoch=epoch, now=now, message=message)
+            elif isinstance(outcome, Fail):
+                task.fail(epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason))
+            elif isinstance(outcome, Reject):
+                task.reject(epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason))
+            else:  # pragma: no cover - the union is closed
+                raise TypeError(f"step {index} returned {outcome!r}, not a StepOutcome")
+
+        return command
+
+    def _fail(self, reason: str) -> Command:
+        epoch = self.lease.epoch
+
+        def command(task: Task, now: datetime) -> None:
+            task.fail(epoch=epoch, now=now, reason=reason, message=agent_message(task, reason))
+
+        return command
+
+    def _finish_without_outcome(self, task: Task, now: datetime) -> None:
+        task.complete(epoch=self.lease.epoch, now=now, message=None)
+

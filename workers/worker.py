@@ -1,0 +1,186 @@
+"""The worker: claims runnable tasks under a lease and runs them, up to a concurrency limit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from uuid import UUID
+
+from domain.clock import Clock
+from domain.errors import DomainError, LeaseLostError
+from domain.skill import SkillRegistry, UnknownSkillError
+from domain.task import Task, lease_end
+from projections.eventstore import ConflictError, TaskStore
+from workers.lease import LeasedTask
+from workers.release import check_release
+from workers.task_runner import RunPolicy, TaskRunner
+from workers.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """A worker's identity and limits."""
+
+    worker_id: str
+    lease_seconds: float
+    concurrency: int
+    grace_seconds: float
+    poll_seconds: float = 1.0
+    watch_seconds: float = 0.25
+
+
+class Worker:
+    """Claims tasks (``LeaseGranted`` at the version read) and runs each in its own coroutine."""
+
+    def __init__(
+        self, *, store: TaskStore, registry: SkillRegistry, clock: Clock, config: WorkerConfig, policy: RunPolicy
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.config = config
+        self.policy = policy
+        self.draining = asyncio.Event()
+        self.runners: dict[UUID, TaskRunner] = {}
+        self._slot_freed = asyncio.Event()
+        self._wakeup = Wakeup(store.config.database_url, store.recorder_channel)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and run tasks until ``stop`` is set, then drain (see ``_drain``)."""
+        await asyncio.to_thread(check_release, self.store, self.registry)
+        self._wakeup.start()
+        watcher = asyncio.ensure_future(self._watch())
+        log.info("worker %s started (concurrency %d)", self.config.worker_id, self.config.concurrency)
+        try:
+            while not stop.is_set():
+                claimed = await self._claim_some()
+                if claimed:
+                    continue
+                await self._idle(stop)
+        finally:
+            await self._drain()
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await self._wakeup.stop()
+            log.info("worker %s stopped", self.config.worker_id)
+
+    # ------------------------------------------------------------------ claiming
+
+    async def _claim_some(self) -> int:
+        free = self.config.concurrency - len(self.runners)
+        if free <= 0:
+            return 0
+        now = self.clock()
+        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 2)
+        claimed = 0
+        for task_id in candidates:
+            if claimed >= free or task_id in self.runners:
+                continue
+            lease = await self._claim(task_id)
+            if lease is not None:
+                self._start(lease)
+                claimed += 1
+        return claimed
+
+    async def _claim(self, task_id: UUID) -> LeasedTask | None:
+        """Append ``LeaseGranted`` at the version read; ``None`` if anyone else got there first."""
+        try:
+            task = await asyncio.to_thread(self.store.get, task_id)
+            now = self.clock()
+            if not self.registry.has(task.skill, task.skill_version):
+                log.error("task %s needs %s v%d, not in this release", task_id, task.skill, task.skill_version)
+                return None
+            epoch = task.grant_lease(
+                worker=self.config.worker_id, now=now, until=lease_end(now, self.config.lease_seconds)
+            )
+            await asyncio.to_thread(self.store.save_tasks, task)
+        except (ConflictError, DomainError):
+            return None
+        return LeasedTask(
+            store=self.store, task=task, epoch=epoch, clock=self.clock, lease_seconds=self.config.lease_seconds
+        )
+
+    def _start(self, lease: LeasedTask) -> None:
+        task: Task = lease.task
+        try:
+            skill = self.registry.get(task.skill, task.skill_version)
+        except UnknownSkillError:  # pragma: no cover - checked in _claim
+            return
+        runner = TaskRunner(lease, skill, self.policy, self.draining)
+        self.runners[lease.task_id] = runner
+        future = asyncio.ensure_future(runner.run())
+        future.add_done_callback(lambda f, task_id=lease.task_id: self._finished(task_id, f))
+
+    def _finished(self, task_id: UUID, future: asyncio.Future[None]) -> None:
+        self.runners.pop(task_id, None)
+        self._slot_freed.set()
+        if not future.cancelled() and future.exception() is not None:
+            log.error("task %s: runner crashed", task_id, exc_info=future.exception())
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
+        timeout = self.config.poll_seconds
+        if len(self.runners) < self.config.concurrency:
+            next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end)
+            if next_end is not None:
+                until_expiry = (next_end - self.clock()).total_seconds() + 0.01
+                timeout = max(0.01, min(timeout, until_expiry))
+        waiters = [
+            asyncio.ensure_future(self._wakeup.wait(timeout)),
+            asyncio.ensure_future(self._slot_freed.wait()),
+            asyncio.ensure_future(stop.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            self._slot_freed.clear()
+
+    # ------------------------------------------------------------------ watching and draining
+
+    async def _watch(self) -> None:
+        """Stop steps of tasks that were canceled, paused or re-leased by someone else."""
+        while True:
+            await asyncio.sleep(self.config.watch_seconds)
+            if not self.runners:
+                continue
+            ids = list(self.runners)
+            try:
+                owners = await asyncio.to_thread(self.store.run_queue.owners, ids)
+            except Exception as error:
+                log.warning("watch query failed: %r", error)
+                continue
+            for task_id in ids:
+                state, owner = owners.get(task_id, ("", None))
+                runner = self.runners.get(task_id)
+                if runner is None:
+                    continue
+                if state != "TASK_STATE_WORKING" or owner != self.config.worker_id:
+                    if runner.lease.lost is None:
+                        runner.lease.lost = LeaseLostError(task_id, runner.lease.epoch, f"the task is now {state}")
+                    runner.stop_step()
+
+    async def _drain(self) -> None:
+        """Stop claiming; let running steps reach a commit within the grace period, then cancel
+        them; release every lease still held so another worker resumes at once."""
+        self.draining.set()
+        if not self.runners:
+            return
+        log.info("draining %d running tasks (grace %.1fs)", len(self.runners), self.config.grace_seconds)
+        deadline = asyncio.get_running_loop().time() + self.config.grace_seconds
+        while self.runners and asyncio.get_running_loop().time() < deadline:
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), deadline - asyncio.get_running_loop().time())
+        for runner in list(self.runners.values()):
+            runner.abort()
+        while self.runners:
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), 1.0)
