@@ -100,6 +100,10 @@ class RunQueueRecorder(PostgresApplicationRecorder):
                 ).format(index=Identifier(self.run_queue_table + "_deadline"), schema=schema, table=table),
                 SQL(
                     "CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} "
+                    "(updated_at) WHERE state IN (" + TERMINAL_SQL + ") AND NOT expired"
+                ).format(index=Identifier(self.run_queue_table + "_retention"), schema=schema, table=table),
+                SQL(
+                    "CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} "
                     "(skill, skill_version) WHERE state NOT IN (" + TERMINAL_SQL + ")"
                 ).format(index=Identifier(self.run_queue_table + "_live"), schema=schema, table=table),
             ]
@@ -180,6 +184,15 @@ class RunQueueRecorder(PostgresApplicationRecorder):
         )
         return [r["task_id"] for r in rows]
 
+    def due_expiries(self, ended_before: datetime, limit: int) -> list[UUID]:
+        """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
+        rows = self._query(
+            "SELECT task_id FROM {schema}.{table} WHERE state IN (" + TERMINAL_SQL + ")"
+            " AND NOT expired AND updated_at <= %s ORDER BY updated_at LIMIT %s",
+            (ended_before, limit),
+        )
+        return [r["task_id"] for r in rows]
+
     def live_versions(self) -> list[tuple[str, int, int]]:
         """``(skill, version, live task count)`` for every version non-terminal tasks use."""
         rows = self._query(
@@ -211,3 +224,10 @@ class RunQueueRecorder(PostgresApplicationRecorder):
             (list(task_ids),),
         )
         return {r["task_id"]: (r["state"], r["lease_owner"]) for r in rows}
+
+    def tenants(self, task_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """``task_id -> tenant`` for ``task_ids`` (the relay builds subjects from it)."""
+        rows = self._query(
+            "SELECT task_id, tenant FROM {schema}.{table} WHERE task_id = ANY(%s)", (list(task_ids),)
+        )
+        return {r["task_id"]: r["tenant"] for r in rows}

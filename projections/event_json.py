@@ -1,0 +1,51 @@
+"""The public JSON form of one stored event: used by the relay (NATS), the CLI and audits.
+
+The schema is documented in ``docs/events.md``; changing it is a breaking change for analytics
+consumers.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+_ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
+
+
+def iso(value: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z``."""
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def event_body(event: Any) -> dict[str, Any]:
+    """The event's own fields (without the envelope)."""
+    return {k: v for k, v in vars(event).items() if k not in _ENVELOPE_FIELDS}
+
+
+def event_message(position: int | None, tenant: str, event: Any) -> dict[str, Any]:
+    """``{position, taskId, tenant, version, type, time, body}`` for one event."""
+    return {
+        "position": position,
+        "taskId": str(event.originator_id),
+        "tenant": tenant,
+        "version": event.originator_version,
+        "type": type(event).__name__,
+        "time": iso(event.timestamp),
+        "body": event_body(event),
+    }
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps`` hook for the types events hold."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def dumps(value: Any, *, indent: int | None = None) -> str:
+    """JSON text of ``value`` with event types encoded."""
+    return json.dumps(value, default=json_default, indent=indent, sort_keys=indent is not None)

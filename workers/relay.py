@@ -1,0 +1,173 @@
+"""The relay: publishes every committed event to NATS JetStream, in commit order.
+
+The event store's notification log is the outbox: its ids follow commit order (appends hold a
+table lock), so reading ``id > last relayed`` never skips a late commit. Each event becomes one
+JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay that crashes after
+publishing and before saving its position republishes duplicates that JetStream drops. Only one
+relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import nats
+import psycopg
+from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+from psycopg import sql
+
+from projections.event_json import dumps, event_message
+from projections.eventstore import TaskStore
+from workers.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+DUPLICATE_WINDOW_S = 600.0
+
+
+@dataclass(frozen=True)
+class NatsNames:
+    """Where a deployment's events go: one stream, subjects under one prefix."""
+
+    url: str
+    stream: str
+    subject_prefix: str
+
+    def subject(self, tenant: str, task_id: UUID, event_type: str) -> str:
+        """``<prefix>.tasks.<tenant>.<task id>.<EventType>``."""
+        return f"{self.subject_prefix}.tasks.{subject_token(tenant)}.{task_id}.{event_type}"
+
+    def task_subjects(self, task_id: UUID) -> str:
+        """A wildcard subject matching every event of one task."""
+        return f"{self.subject_prefix}.tasks.*.{task_id}.*"
+
+
+def subject_token(value: str) -> str:
+    """``value`` made safe as one NATS subject token."""
+    cleaned = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
+    return cleaned or "_"
+
+
+async def ensure_stream(js: Any, names: NatsNames) -> None:
+    """Create the deployment's stream if it does not exist."""
+    try:
+        await js.stream_info(names.stream)
+    except NotFoundError:
+        await js.add_stream(
+            StreamConfig(
+                name=names.stream,
+                subjects=[f"{names.subject_prefix}.tasks.>"],
+                storage=StorageType.FILE,
+                duplicate_window=DUPLICATE_WINDOW_S,
+            )
+        )
+
+
+class Relay:
+    """Follows the notification log and publishes to JetStream."""
+
+    def __init__(self, *, store: TaskStore, names: NatsNames) -> None:
+        self.store = store
+        self.names = names
+        schema = store.config.schema
+        self._table = sql.Identifier(schema, "longhaul_relay_position")
+        self._lock_key = int.from_bytes(hashlib.sha256(f"relay:{schema}:{names.stream}".encode()).digest()[:8], "big", signed=True)
+        self.published = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop`` is set (waiting for the leader lock first)."""
+        conn = await psycopg.AsyncConnection.connect(self.store.config.database_url, autocommit=True)
+        try:
+            await self._create_table(conn)
+            while not stop.is_set():
+                row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))).fetchone()
+                if row and row[0]:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+            if stop.is_set():
+                return
+            log.info("relay is the leader for stream %s", self.names.stream)
+            await self._relay(conn, stop)
+        finally:
+            await conn.close()
+
+    async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
+        nc = await nats.connect(self.names.url, max_reconnect_attempts=-1)
+        wakeup = Wakeup(self.store.config.database_url, self.store.recorder_channel)
+        wakeup.start()
+        try:
+            js = nc.jetstream()
+            await ensure_stream(js, self.names)
+            position = await self._position(conn)
+            while not stop.is_set():
+                relayed = await self.relay_batch(js, conn, position)
+                if relayed > position:
+                    position = relayed
+                    continue
+                waiter = asyncio.ensure_future(wakeup.wait(1.0))
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+        finally:
+            await wakeup.stop()
+            await nc.close()
+
+    async def relay_batch(self, js: Any, conn: psycopg.AsyncConnection[Any], after: int) -> int:
+        """Publish the events after position ``after``; returns the new position."""
+        notifications = await asyncio.to_thread(
+            self.store.recorder.select_notifications, after, BATCH, None, (), inclusive_of_start=False
+        )
+        if not notifications:
+            return after
+        tenants = await asyncio.to_thread(
+            self.store.run_queue.tenants, list({n.originator_id for n in notifications})
+        )
+        futures = []
+        for notification in notifications:
+            event = self.store.mapper.to_domain_event(notification)
+            tenant = tenants.get(event.originator_id, "default")
+            payload = dumps(event_message(notification.id, tenant, event)).encode()
+            headers = {
+                "Nats-Msg-Id": f"{self.names.stream}:{notification.id}",
+                "Longhaul-Position": str(notification.id),
+                "Longhaul-Task": str(event.originator_id),
+                "Longhaul-Version": str(event.originator_version),
+                "Longhaul-Type": type(event).__name__,
+            }
+            subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
+            futures.append(await js.publish_async(subject, payload, headers=headers))
+        await asyncio.gather(*futures)
+        position = notifications[-1].id
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
+                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
+            ).format(self._table),
+            (self.names.stream, position),
+        )
+        self.published += len(notifications)
+        return position
+
+    async def _create_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, position bigint NOT NULL)").format(
+                self._table
+            )
+        )
+
+    async def _position(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        cursor = await conn.execute(
+            sql.SQL("SELECT position FROM {} WHERE stream = %s").format(self._table), (self.names.stream,)
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
