@@ -1,0 +1,100 @@
+"""The Litestar gateway: the agent card and the A2A JSON-RPC endpoint.
+
+The app holds no task state: every request reads and appends through the event store, so any
+number of gateways can serve the same store.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from litestar import Litestar, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.exceptions import ClientException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+
+from api.agent_card import (
+    CACHE_CONTROL,
+    JSONRPC_PATH,
+    CardDocument,
+    build_agent_card,
+    card_document,
+)
+from api.errors import InvalidRequestError, RequestTooLargeError
+from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
+from api.service import A2AService
+from api.waiting import PollingWaiter, TaskWaiter
+from domain.clock import Clock
+from domain.skill import SkillRegistry
+from projections.eventstore import TaskStore
+
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest JSON-RPC request body accepted (1 MiB); a larger one gets an error, never a 500."""
+
+JSON_MEDIA_TYPE = "application/json"
+
+
+@get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False)
+def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
+    """The agent card, revalidated with ``If-None-Match``."""
+    card: CardDocument = request.app.state.card
+    headers = {"Cache-Control": CACHE_CONTROL, "ETag": card.etag, "Last-Modified": card.last_modified}
+    if card.matches(request.headers.get("if-none-match")):
+        return Response(content=b"", status_code=304, headers=headers)
+    return Response(content=card.body, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+@post(JSONRPC_PATH, operation_id="jsonrpc", request_max_body_size=MAX_BODY_BYTES)
+async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
+    """One A2A JSON-RPC call."""
+    service: A2AService = request.app.state.service
+    try:
+        body = await request.body()
+    except RequestEntityTooLarge:
+        return _respond(error_answer(RequestTooLargeError(f"request body is larger than {MAX_BODY_BYTES} bytes")))
+    except ClientException as error:  # e.g. an invalid Content-Length
+        return _respond(error_answer(InvalidRequestError(f"unreadable request: {error.detail}")))
+    answer = await handle_jsonrpc(
+        service,
+        body=body,
+        content_type=request.headers.get("content-type"),
+        a2a_version=request.headers.get("a2a-version", request.query_params.get("A2A-Version")),
+    )
+    return _respond(answer)
+
+
+def _respond(answer: RpcAnswer) -> Response[bytes]:
+    body = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(content=body, status_code=answer.http_status, media_type=JSON_MEDIA_TYPE)
+
+
+def create_app(
+    *,
+    store: TaskStore,
+    registry: SkillRegistry,
+    clock: Clock,
+    default_skill: str,
+    max_pause: timedelta,
+    public_url: str,
+    waiter: TaskWaiter | None = None,
+    blocking_timeout_s: float = 600,
+) -> Litestar:
+    """The gateway app over ``store``.
+
+    ``waiter`` wakes blocking SendMessage calls when their task changes (default: polling the
+    log). ``blocking_timeout_s`` bounds how long a blocking call waits before answering with the
+    task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
+    the gateway only carries it for the composition root.
+    """
+    service = A2AService(
+        store=store,
+        registry=registry,
+        clock=clock,
+        default_skill=default_skill,
+        waiter=waiter if waiter is not None else PollingWaiter(store),
+        blocking_timeout_s=blocking_timeout_s,
+    )
+    card = card_document(build_agent_card(registry, public_url), modified=clock())
+    state = State({"service": service, "card": card, "max_pause": max_pause})
+    return Litestar(route_handlers=[get_agent_card, jsonrpc], state=state, debug=False)

@@ -1,0 +1,119 @@
+"""A2A 1.0 errors and their JSON-RPC error objects.
+
+Every error the gateway answers with is an ``A2AError``: a JSON-RPC code, a readable message and
+an ``ErrorInfo`` reason (``google.rpc.ErrorInfo``, domain ``a2a-protocol.org``). The reason is the
+error type in UPPER_SNAKE_CASE without the ``Error`` suffix, as the specification names it; the
+JSON-RPC standard errors follow the same rule. An error object has exactly ``code``, ``message``
+and ``data`` (the A2A TCK checks that no other member appears).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+ERROR_DOMAIN = "a2a-protocol.org"
+
+
+class A2AError(Exception):
+    """An error answered to the client; subclasses fix the code and reason."""
+
+    code: ClassVar[int] = -32603
+    reason: ClassVar[str] = "INTERNAL"
+    http_status: ClassVar[int] = 500
+    default_message: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None, *, details: Sequence[dict[str, Any]] = ()) -> None:
+        self.message = message or self.default_message
+        self.details = list(details)
+        super().__init__(self.message)
+
+    def to_jsonrpc(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member: ``{code, message, data}``."""
+        info = {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": ERROR_DOMAIN, "metadata": {}}
+        return {"code": self.code, "message": self.message, "data": [info, *self.details]}
+
+
+class JSONParseError(A2AError):
+    """The body is not JSON."""
+
+    code, reason, http_status, default_message = -32700, "JSON_PARSE", 400, "Invalid JSON payload"
+
+
+class InvalidRequestError(A2AError):
+    """The body is JSON but not a JSON-RPC 2.0 request we answer."""
+
+    code, reason, http_status, default_message = -32600, "INVALID_REQUEST", 400, "Invalid JSON-RPC request"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The body is larger than the gateway accepts (answered with HTTP 413)."""
+
+    http_status = 413
+
+
+class MethodNotFoundError(A2AError):
+    """The method is not an A2A 1.0 method."""
+
+    code, reason, http_status, default_message = -32601, "METHOD_NOT_FOUND", 404, "Method not found"
+
+
+class InvalidParamsError(A2AError):
+    """The params do not validate, or name something impossible (an unknown skill...)."""
+
+    code, reason, http_status, default_message = -32602, "INVALID_PARAMS", 400, "Invalid parameters"
+
+    @classmethod
+    def with_violations(cls, message: str, violations: Sequence[tuple[str, str]]) -> InvalidParamsError:
+        """An error carrying a ``google.rpc.BadRequest`` with one field violation per pair."""
+        bad_request = {
+            "@type": BAD_REQUEST_TYPE,
+            "fieldViolations": [{"field": field, "description": text} for field, text in violations],
+        }
+        return cls(message, details=[bad_request])
+
+
+class InternalError(A2AError):
+    """Something failed on our side; the message never carries internals."""
+
+
+class TaskNotFoundError(A2AError):
+    """No visible task has this id (missing, expired or another tenant's: never distinguished)."""
+
+    code, reason, http_status, default_message = -32001, "TASK_NOT_FOUND", 404, "Task not found"
+
+
+class TaskNotCancelableError(A2AError):
+    """The task is terminal."""
+
+    code, reason, http_status, default_message = -32002, "TASK_NOT_CANCELABLE", 400, "Task cannot be canceled"
+
+
+class PushNotificationNotSupportedError(A2AError):
+    """The agent card declares no push notifications."""
+
+    code, reason, http_status = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 400
+    default_message = "Push notifications are not supported"
+
+
+class UnsupportedOperationError(A2AError):
+    """The operation is not possible here, or not on this task in its state."""
+
+    code, reason, http_status = -32004, "UNSUPPORTED_OPERATION", 400
+    default_message = "This operation is not supported"
+
+
+class ContentTypeNotSupportedError(A2AError):
+    """The request (or a part) has a media type we do not accept."""
+
+    code, reason, http_status = -32005, "CONTENT_TYPE_NOT_SUPPORTED", 400
+    default_message = "Incompatible content types"
+
+
+class VersionNotSupportedError(A2AError):
+    """The client asked for an A2A version other than 1.0."""
+
+    code, reason, http_status = -32009, "VERSION_NOT_SUPPORTED", 400
+    default_message = "A2A version not supported"

@@ -1,0 +1,194 @@
+"""The A2A 1.0 JSON-RPC binding: checks, envelope, dispatch and error answers.
+
+``handle_jsonrpc`` turns one HTTP request (content type, version header, body) into one JSON-RPC
+response and never raises: every failure becomes an error object (``code``, ``message``,
+``data``), an unexpected one a logged ``-32603`` whose message carries no internals. Checks run
+in this order: content type, JSON, envelope, A2A version, method, params.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from api.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+from api.service import A2AService
+from api.wire import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    JsonRpcRequest,
+    SendMessageRequest,
+    parse_params,
+)
+
+JSON = dict[str, Any]
+RequestId = str | int | None
+Params = JSON | list[Any] | None
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSION = re.compile(r"1\.0(\.\d+)?")
+JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
+
+NOT_YET = "is not yet supported by this agent"
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} (capabilities.streaming is false); use SendMessage",
+    "SubscribeToTask": f"SubscribeToTask {NOT_YET} (capabilities.streaming is false); poll GetTask instead",
+    "ListTasks": f"ListTasks {NOT_YET}",
+    "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
+}
+PUSH_CONFIG_METHODS = frozenset(
+    {
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RpcAnswer:
+    """One JSON-RPC response and the HTTP status it is sent with."""
+
+    body: JSON
+    http_status: int = 200
+
+
+def check_version(value: str | None) -> None:
+    """Accept A2A 1.0 (any 1.0.x patch); refuse every other version.
+
+    A missing or empty ``A2A-Version`` is accepted as 1.0. The specification says an absent
+    header means 0.3; we are lenient on purpose because this server speaks only 1.0, every 1.0
+    client we know (the a2a-sdk, the TCK) sends the header, and a plain ``curl`` without it
+    should get a 1.0 answer rather than a refusal. An explicit other version (``0.3``,
+    ``99.0``) is refused with VersionNotSupported.
+    """
+    if value is None or not value.strip():
+        return
+    if not SUPPORTED_VERSION.fullmatch(value.strip()):
+        raise VersionNotSupportedError(f"A2A version {value.strip()!r} is not supported; this agent speaks 1.0")
+
+
+async def handle_jsonrpc(
+    service: A2AService, *, body: bytes, content_type: str | None, a2a_version: str | None
+) -> RpcAnswer:
+    """Answer one JSON-RPC request. Never raises."""
+    request_id: RequestId = None
+    try:
+        _check_content_type(content_type)
+        document = _parse(body)
+        request_id = _usable_id(document)
+        envelope = _envelope(document)
+        check_version(a2a_version)
+        result = await _dispatch(service, envelope.method, envelope.params)
+    except A2AError as error:
+        return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()})
+    except Exception:
+        log.exception("JSON-RPC request %r failed", request_id)
+        return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": InternalError().to_jsonrpc()})
+    return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def error_answer(error: A2AError) -> RpcAnswer:
+    """An answer for an error found before the body was read (size, transport)."""
+    return RpcAnswer({"jsonrpc": "2.0", "id": None, "error": error.to_jsonrpc()}, error.http_status)
+
+
+def _check_content_type(content_type: str | None) -> None:
+    """JSON media types only (``application/json``, ``application/a2a+json``...); absent is JSON."""
+    if content_type is None or not content_type.strip():
+        return
+    media_type = content_type.split(";", 1)[0].strip()
+    if not JSON_MEDIA_TYPE.fullmatch(media_type):
+        raise ContentTypeNotSupportedError(
+            f"Content-Type {media_type!r} is not supported; send application/json"
+        )
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise JSONParseError(f"invalid JSON: {error}") from None
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _usable_id(document: Any) -> RequestId:
+    """The request's id if it is a valid JSON-RPC id, for use in the answer (else null)."""
+    if isinstance(document, dict):
+        value = document.get("id")
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+    return None
+
+
+def _envelope(document: Any) -> JsonRpcRequest:
+    if isinstance(document, list):
+        raise InvalidRequestError("batch requests are not supported; send one JSON-RPC request per HTTP request")
+    if not isinstance(document, dict):
+        raise InvalidRequestError("a JSON-RPC request is a JSON object")
+    if "id" not in document:
+        raise InvalidRequestError("a request needs an id (A2A defines no notifications)")
+    try:
+        return JsonRpcRequest.model_validate(document)
+    except ValidationError as error:
+        fields = sorted({str(e["loc"][0]) if e["loc"] else "request" for e in error.errors(include_url=False)})
+        raise InvalidRequestError(
+            "invalid JSON-RPC 2.0 request: check " + ", ".join(fields)
+            + " (jsonrpc must be \"2.0\", id a string, number or null, method a string, params an object)"
+        ) from None
+
+
+Handler = Callable[[A2AService, Params], Awaitable[JSON]]
+
+
+async def _send_message(service: A2AService, params: Params) -> JSON:
+    return await service.send_message(parse_params(SendMessageRequest, params))
+
+
+async def _get_task(service: A2AService, params: Params) -> JSON:
+    return await service.get_task(parse_params(GetTaskRequest, params))
+
+
+async def _cancel_task(service: A2AService, params: Params) -> JSON:
+    return await service.cancel_task(parse_params(CancelTaskRequest, params))
+
+
+METHODS: dict[str, Handler] = {
+    "SendMessage": _send_message,
+    "GetTask": _get_task,
+    "CancelTask": _cancel_task,
+}
+
+
+async def _dispatch(service: A2AService, method: str, params: Params) -> JSON:
+    handler = METHODS.get(method)
+    if handler is not None:
+        return await handler(service, params)
+    if method in UNSUPPORTED_METHODS:
+        raise UnsupportedOperationError(UNSUPPORTED_METHODS[method])
+    if method in PUSH_CONFIG_METHODS:
+        raise PushNotificationNotSupportedError(
+            f"{method}: push notifications are not supported by this agent (capabilities.pushNotifications is false)"
+        )
+    raise MethodNotFoundError(f"method {method!r} not found; this agent serves A2A 1.0 methods")

@@ -1,0 +1,198 @@
+"""Pydantic v2 models of the A2A 1.0 JSON shapes the gateway reads and writes.
+
+Field names are snake_case in Python and camelCase on the wire (ProtoJSON). Unknown members are
+ignored, as the specification asks. Requests are validated with these models; responses are built
+as plain JSON by ``api.task_wire`` and these models describe (and, in tests, check) their shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from api.errors import InvalidParamsError
+
+JSON = dict[str, Any]
+
+Role = Literal["ROLE_USER", "ROLE_AGENT"]
+TaskStateName = Literal[
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_AUTH_REQUIRED",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_REJECTED",
+]
+
+
+class WireModel(BaseModel):
+    """Base: camelCase aliases on the wire, unknown members ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="ignore", frozen=True)
+
+    def to_json(self) -> JSON:
+        """The model as wire JSON: camelCase, absent members omitted."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Part(WireModel):
+    """One piece of content: exactly one of ``text``, ``raw`` (base64), ``url`` or ``data``."""
+
+    text: StrictStr | None = None
+    raw: StrictStr | None = None
+    url: StrictStr | None = None
+    data: Any = None
+    metadata: JSON | None = None
+    filename: StrictStr | None = None
+    media_type: StrictStr | None = None
+
+    @field_validator("raw")
+    @classmethod
+    def _raw_is_base64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError) as error:
+                raise ValueError("raw must be base64") from error
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_content(self) -> Part:
+        present = [name for name in ("text", "raw", "url", "data") if getattr(self, name) is not None]
+        if len(present) != 1:
+            raise ValueError(f"a part has exactly one of text, raw, url or data (got {present or 'none'})")
+        return self
+
+
+class Message(WireModel):
+    """A message between client and agent."""
+
+    message_id: StrictStr = Field(min_length=1)
+    role: Role
+    parts: list[Part] = Field(min_length=1)
+    context_id: StrictStr | None = None
+    task_id: StrictStr | None = None
+    metadata: JSON | None = None
+    extensions: list[StrictStr] | None = None
+    reference_task_ids: list[StrictStr] | None = None
+
+
+class Artifact(WireModel):
+    """An output of a task."""
+
+    artifact_id: StrictStr = Field(min_length=1)
+    parts: list[Part] = Field(min_length=1)
+    name: StrictStr | None = None
+    description: StrictStr | None = None
+    metadata: JSON | None = None
+    extensions: list[StrictStr] | None = None
+
+
+class TaskStatus(WireModel):
+    """A task's state, with the agent's latest status message."""
+
+    state: TaskStateName
+    message: Message | None = None
+    timestamp: StrictStr | None = None
+
+
+class Task(WireModel):
+    """A task as GetTask and SendMessage return it."""
+
+    id: StrictStr
+    context_id: StrictStr
+    status: TaskStatus
+    artifacts: list[Artifact] | None = None
+    history: list[Message] | None = None
+    metadata: JSON | None = None
+
+
+class SendMessageConfiguration(WireModel):
+    """How the client wants SendMessage to answer."""
+
+    accepted_output_modes: list[StrictStr] | None = None
+    task_push_notification_config: JSON | None = None
+    history_length: int | None = Field(default=None, ge=0)
+    return_immediately: bool = False
+
+
+class SendMessageRequest(WireModel):
+    """Params of ``SendMessage``."""
+
+    message: Message
+    tenant: StrictStr | None = None
+    configuration: SendMessageConfiguration | None = None
+    metadata: JSON | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _from_the_user(cls, message: Message) -> Message:
+        if message.role != "ROLE_USER":
+            raise ValueError("a client's message has role ROLE_USER")
+        return message
+
+
+class GetTaskRequest(WireModel):
+    """Params of ``GetTask``."""
+
+    id: StrictStr = Field(min_length=1)
+    history_length: int | None = Field(default=None, ge=0)
+    tenant: StrictStr | None = None
+
+
+class CancelTaskRequest(WireModel):
+    """Params of ``CancelTask``."""
+
+    id: StrictStr = Field(min_length=1)
+    metadata: JSON | None = None
+    tenant: StrictStr | None = None
+
+
+M = TypeVar("M", bound=WireModel)
+
+
+class JsonRpcRequest(BaseModel):
+    """A JSON-RPC 2.0 request envelope. ``id`` is required: A2A has no notifications."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    jsonrpc: Literal["2.0"]
+    id: StrictStr | StrictInt | None
+    method: StrictStr = Field(min_length=1)
+    params: JSON | list[Any] | None = None
+
+
+def parse_params(model: type[M], params: JSON | list[Any] | None) -> M:
+    """Validate ``params`` as ``model``, or raise ``InvalidParamsError`` listing every field error."""
+    if not isinstance(params, dict):
+        raise InvalidParamsError.with_violations(
+            "invalid params: params must be a JSON object", [("params", "must be a JSON object")]
+        )
+    try:
+        return model.model_validate(params)
+    except ValidationError as error:
+        violations = [(_field_path(e["loc"]), e["msg"]) for e in error.errors(include_url=False)]
+        listed = "; ".join(f"{field}: {text}" if field else text for field, text in violations)
+        raise InvalidParamsError.with_violations(f"invalid params: {listed}", violations) from None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for item in loc:
+        path += f"[{item}]" if isinstance(item, int) else (f".{item}" if path else item)
+    return path
