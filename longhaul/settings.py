@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     )
     iam_url: str | None = Field(default=None, description="Base URL of the IAM the access-review skill calls.")
     sweep_interval_seconds: float = Field(default=1.0, gt=0, description="How often the sweeper looks for work.")
+    clock_offset_seconds: float = Field(
+        default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
+    )
     retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
 
     @field_validator("database_url")

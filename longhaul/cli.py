@@ -1,0 +1,82 @@
+"""The ``longhaul`` command line: one subcommand per process, plus ``up`` that runs them all."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from longhaul import commands
+from longhaul.settings import Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="longhaul",
+        description="A durable runtime for long-running A2A tasks. Settings come from LONGHAUL_* variables.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("up", help="run everything in one process (embedded PostgreSQL and NATS when no URLs are set)")
+    sub.add_parser("gateway", help="serve A2A over HTTP (JSON-RPC) and the agent card")
+    sub.add_parser("worker", help="claim runnable tasks under a lease and run their steps")
+    sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
+    sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
+    iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
+    iam.add_argument("--host", default="127.0.0.1")
+    iam.add_argument("--port", type=int, default=8090)
+    history = sub.add_parser("history", help="print every event of a task, in order")
+    history.add_argument("task_id", type=UUID, metavar="TASK_ID")
+    history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``longhaul`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError as error:
+        print("longhaul: invalid settings:", file=sys.stderr)
+        for problem in error.errors():
+            name = "LONGHAUL_" + "_".join(str(p) for p in problem["loc"]).upper()
+            print(f"  {name}: {problem['msg']}", file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(args, settings)
+    except commands.CommandError as error:
+        print(f"longhaul: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    match args.command:
+        case "up":
+            asyncio.run(commands.up(settings))
+        case "gateway":
+            asyncio.run(commands.gateway(settings))
+        case "worker":
+            asyncio.run(commands.worker(settings))
+        case "sweeper":
+            asyncio.run(commands.sweeper(settings))
+        case "relay":
+            asyncio.run(commands.relay(settings))
+        case "fake-iam":
+            asyncio.run(commands.fake_iam(args.host, args.port))
+        case "history":
+            return commands.history(settings, args.task_id, as_json=args.json)
+        case "skills":
+            return commands.skills(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""What each ``longhaul`` subcommand does. Every long-running command stops on SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import uvicorn
+from api.app import create_app
+from domain.clock import Clock
+from projections.event_json import dumps, event_message
+from projections.eventstore import TaskNotFoundError, TaskStore
+from workers.relay import Relay
+from workers.release import ReleaseMismatchError, version_use
+from workers.sweeper import Sweeper
+from workers.worker import Worker
+
+from longhaul import fake_iam as fake_iam_service
+from longhaul import wiring
+from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
+from longhaul.settings import Settings
+
+log = logging.getLogger("longhaul")
+
+SERVICES_FILE = "services.json"
+
+
+class CommandError(Exception):
+    """A command could not run; the message says why and what to do."""
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to us (we stop it with ``should_exit``)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _serve(app: Any, host: str, port: int, stop: asyncio.Event, started: Callable[[int], None]) -> None:
+    server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    serving = asyncio.ensure_future(server.serve())
+    while not server.started:
+        if serving.done():
+            await serving
+            raise CommandError(f"could not listen on {host}:{port}")
+        await asyncio.sleep(0.02)
+    started(server.servers[0].sockets[0].getsockname()[1])
+    await stop.wait()
+    server.should_exit = True
+    await serving
+
+
+def _gateway_parts(settings: Settings, store: TaskStore, clock: Clock, port: int) -> Any:
+    registry = wiring.build_registry(settings)
+    return create_app(
+        store=store,
+        registry=registry,
+        clock=clock,
+        default_skill=settings.default_skill,
+        max_pause=settings.max_pause,
+        public_url=wiring.public_url(settings, port),
+    )
+
+
+def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskStore:
+    try:
+        return wiring.build_store(settings, pool_size=pool_size)
+    except RuntimeError as error:
+        raise CommandError(str(error)) from error
+
+
+async def _run_all(parts: list[Awaitable[None]], stop: asyncio.Event) -> None:
+    """Run ``parts`` until ``stop``; if one fails, stop the others and re-raise."""
+    tasks = [asyncio.ensure_future(p) for p in parts]
+    stopper = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+
+
+# ---------------------------------------------------------------------- the processes
+
+
+async def gateway(settings: Settings) -> None:
+    """Serve A2A over HTTP until stopped."""
+    stop = _stop_event()
+    store = _open_store(settings, pool_size=10)
+    clock = wiring.system_clock(settings)
+    app = _gateway_parts(settings, store, clock, settings.port)
+    try:
+        await _serve(app, settings.host, settings.port, stop, lambda p: log.info("gateway listening on port %d", p))
+    finally:
+        store.close()
+
+
+async def worker(settings: Settings) -> None:
+    """Claim and run tasks until stopped, then drain."""
+    stop = _stop_event()
+    store = _open_store(settings, pool_size=max(5, settings.worker_concurrency))
+    try:
+        await _worker(settings, store, stop)
+    finally:
+        store.close()
+
+
+async def _worker(settings: Settings, store: TaskStore, stop: asyncio.Event) -> None:
+    process = Worker(
+        store=store,
+        registry=wiring.build_registry(settings),
+        clock=wiring.system_clock(settings),
+        config=wiring.worker_config(settings),
+        policy=wiring.run_policy(settings),
+    )
+    try:
+        await process.run(stop)
+    except ReleaseMismatchError as error:
+        raise CommandError(str(error)) from error
+
+
+async def sweeper(settings: Settings) -> None:
+    """End due pauses and expire old tasks until stopped."""
+    stop = _stop_event()
+    store = _open_store(settings)
+    try:
+        await _sweeper(settings, store).run(stop)
+    finally:
+        store.close()
+
+
+def _sweeper(settings: Settings, store: TaskStore) -> Sweeper:
+    return Sweeper(
+        store=store,
+        clock=wiring.system_clock(settings),
+        retention=settings.retention,
+        interval=settings.sweep_interval_seconds,
+    )
+
+
+async def relay(settings: Settings) -> None:
+    """Publish committed events to NATS until stopped."""
+    stop = _stop_event()
+    store = _open_store(settings)
+    try:
+        await Relay(store=store, names=_names(settings)).run(stop)
+    finally:
+        store.close()
+
+
+def _names(settings: Settings) -> Any:
+    try:
+        return wiring.nats_names(settings)
+    except RuntimeError as error:
+        raise CommandError(str(error)) from error
+
+
+async def fake_iam(host: str, port: int) -> None:
+    """Serve the fake IAM until stopped."""
+    stop = _stop_event()
+    await _serve(fake_iam_service.create_app(), host, port, stop, lambda p: log.info("fake IAM on port %d", p))
+
+
+async def up(settings: Settings) -> None:
+    """Everything in one process: embedded services as needed, fake IAM, gateway, worker,
+    sweeper and relay. Stops everything (keeping the data) on Ctrl-C or SIGTERM."""
+    stop = _stop_event()
+    with ExitStack() as services:
+        settings = _with_embedded_services(settings, services)
+        iam_port: list[int] = []
+        iam_started = asyncio.Event()
+        iam = None
+        if settings.iam_url is None:
+
+            def iam_ready(port: int) -> None:
+                iam_port.append(port)
+                iam_started.set()
+
+            iam = asyncio.ensure_future(_serve(fake_iam_service.create_app(), "127.0.0.1", 0, stop, iam_ready))
+            await asyncio.wait(
+                [iam, asyncio.ensure_future(iam_started.wait())], return_when=asyncio.FIRST_COMPLETED
+            )
+            if iam.done():
+                await iam
+            settings = settings.model_copy(update={"iam_url": f"http://127.0.0.1:{iam_port[0]}"})
+        store = _open_store(settings, pool_size=max(10, settings.worker_concurrency))
+        clock = wiring.system_clock(settings)
+        app = _gateway_parts(settings, store, clock, settings.port)
+
+        def announce(port: int) -> None:
+            url = wiring.public_url(settings, port)
+            _write_services_file(settings, url)
+            log.info("longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url)
+
+        parts: list[Awaitable[None]] = [
+            _serve(app, settings.host, settings.port, stop, announce),
+            _worker(settings, store, stop),
+            _sweeper(settings, store).run(stop),
+            Relay(store=store, names=wiring.nats_names(settings)).run(stop),
+        ]
+        if iam is not None:
+            parts.append(iam)
+        try:
+            await _run_all(parts, stop)
+        finally:
+            store.close()
+            (settings.data_dir / SERVICES_FILE).unlink(missing_ok=True)
+            log.info("longhaul stopped; data kept in %s", settings.data_dir)
+
+
+def _with_embedded_services(settings: Settings, services: ExitStack, *, nats: bool = True) -> Settings:
+    update: dict[str, Any] = {}
+    if settings.database_url is None:
+        postgres = EmbeddedPostgres(settings.data_dir)
+        update["database_url"] = postgres.start()
+        services.callback(postgres.stop)
+        log.info("embedded PostgreSQL at %s (data in %s)", update["database_url"], settings.data_dir)
+    if nats and settings.nats_url is None:
+        server = EmbeddedNats(settings.data_dir)
+        update["nats_url"] = server.start()
+        services.callback(server.stop)
+        log.info("embedded NATS at %s", update["nats_url"])
+    return settings.model_copy(update=update) if update else settings
+
+
+def _write_services_file(settings: Settings, url: str) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    info = {"database_url": settings.database_url, "nats_url": settings.nats_url, "gateway_url": url}
+    (settings.data_dir / SERVICES_FILE).write_text(json.dumps(info, indent=2))
+
+
+# ---------------------------------------------------------------------- one-shot commands
+
+
+@contextlib.contextmanager
+def _store_for_reading(settings: Settings) -> Iterator[TaskStore]:
+    """The store: at the configured URL, else at a running ``up``'s, else an embedded one."""
+    with ExitStack() as services:
+        if settings.database_url is None:
+            running = _running_up(settings.data_dir)
+            if running is not None:
+                settings = settings.model_copy(update={"database_url": running})
+            else:
+                settings = _with_embedded_services(settings, services, nats=False)
+        store = _open_store(settings)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def _running_up(data_dir: Path) -> str | None:
+    path = data_dir / SERVICES_FILE
+    if not path.exists():
+        return None
+    url = json.loads(path.read_text()).get("database_url")
+    return url if isinstance(url, str) else None
+
+
+def history(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
+    """Print every event of a task: version, time, type and body."""
+    with _store_for_reading(settings) as store:
+        try:
+            tenant = store.get(task_id).tenant
+        except TaskNotFoundError:
+            raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
+        for event in store.history(task_id):
+            message = event_message(None, tenant, event)
+            del message["position"]
+            if as_json:
+                print(dumps(message))
+            else:
+                body = dumps(message["body"])
+                print(f"v{message['version']:<5} {message['time']}  {message['type']:<22} {body}")
+    return 0
+
+
+def skills(settings: Settings) -> int:
+    """Print every skill version with its live task count, and what this release lacks."""
+    registry = wiring.build_registry(settings)
+    with _store_for_reading(settings) as store:
+        uses = version_use(store, registry)
+    print(f"{'SKILL':<20} {'VERSION':>7} {'LIVE TASKS':>10}  STATUS")
+    newest = {s.name: registry.newest(s.name).version for s in registry.all()}
+    for use in uses:
+        if not use.registered:
+            status = "MISSING from this release: a worker refuses to start"
+        elif newest.get(use.skill) == use.version:
+            status = "newest: new tasks start here"
+        elif use.live_tasks:
+            status = "draining"
+        else:
+            status = "drained: can be removed"
+        print(f"{use.skill:<20} {use.version:>7} {use.live_tasks:>10}  {status}")
+    return 0

@@ -1,0 +1,94 @@
+"""The composition root: builds the parts from ``Settings``. Nothing else reads settings."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from domain.clock import Clock
+from domain.skill import Skill, SkillRegistry
+from projections.eventstore import StoreConfig, TaskStore
+from workers.relay import NatsNames
+from workers.skills import builtin_skills
+from workers.task_runner import RunPolicy
+from workers.worker import WorkerConfig
+
+from longhaul.settings import Settings
+
+
+def system_clock(settings: Settings) -> Clock:
+    """The wall clock, moved by ``LONGHAUL_CLOCK_OFFSET_SECONDS`` (drills and tests only)."""
+    offset = timedelta(seconds=settings.clock_offset_seconds)
+
+    def now() -> datetime:
+        return datetime.now(UTC) + offset
+
+    return now
+
+
+def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> StoreConfig:
+    """Where the event store lives."""
+    if settings.database_url is None:
+        raise RuntimeError("LONGHAUL_DATABASE_URL is not set (only `longhaul up` starts an embedded PostgreSQL)")
+    return StoreConfig(
+        database_url=settings.database_url,
+        schema=settings.database_schema,
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        cache_size=cache_size,
+    )
+
+
+def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskStore:
+    """Open the event store (creating its tables on first use)."""
+    return TaskStore(store_config(settings, pool_size=pool_size, cache_size=cache_size))
+
+
+def nats_names(settings: Settings) -> NatsNames:
+    """The deployment's NATS URL, stream and subject prefix."""
+    if settings.nats_url is None:
+        raise RuntimeError("LONGHAUL_NATS_URL is not set (only `longhaul up` starts an embedded NATS)")
+    return NatsNames(url=settings.nats_url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix)
+
+
+def build_registry(settings: Settings) -> SkillRegistry:
+    """The built-in skills plus those of every module in ``LONGHAUL_SKILL_MODULES``.
+
+    A skill module exposes ``SKILLS``: a list of ``domain.skill.Skill``.
+    """
+    registry = SkillRegistry(builtin_skills(settings.iam_url))
+    for module_name in settings.skill_modules:
+        module = importlib.import_module(module_name)
+        skills = getattr(module, "SKILLS", None)
+        if not isinstance(skills, list) or not all(isinstance(s, Skill) for s in skills):
+            raise RuntimeError(f"skill module {module_name} must define SKILLS as a list of domain.skill.Skill")
+        for skill in skills:
+            registry.register(skill)
+    return registry
+
+
+def run_policy(settings: Settings) -> RunPolicy:
+    """How runners treat failing steps and pauses."""
+    return RunPolicy(max_pause=settings.max_pause)
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    """A worker's identity (host:pid:random) and limits."""
+    worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return WorkerConfig(
+        worker_id=worker_id,
+        lease_seconds=settings.lease_seconds,
+        concurrency=settings.worker_concurrency,
+        grace_seconds=settings.worker_grace_seconds,
+    )
+
+
+def public_url(settings: Settings, port: int | None = None) -> str:
+    """The base URL clients reach the gateway at."""
+    if settings.public_url:
+        return settings.public_url.rstrip("/")
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
+    return f"http://{host}:{port if port is not None else settings.port}"
