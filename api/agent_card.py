@@ -52,7 +52,11 @@ def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
         ),
         "version": _package_version(),
         "supportedInterfaces": [
-            {"url": public_url.rstrip("/") + JSONRPC_PATH, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            {
+                "url": public_url.rstrip("/") + JSONRPC_PATH,
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "1.0",
+            }
         ],
         "capabilities": {"streaming": False, "pushNotifications": False},
         "defaultInputModes": list(MEDIA_MODES),

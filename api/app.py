@@ -52,7 +52,8 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
     try:
         body = await request.body()
     except RequestEntityTooLarge:
-        return _respond(error_answer(RequestTooLargeError(f"request body is larger than {MAX_BODY_BYTES} bytes")))
+        too_large = RequestTooLargeError(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
+        return _respond(error_answer(too_large))
     except ClientException as error:  # e.g. an invalid Content-Length
         return _respond(error_answer(InvalidRequestError(f"unreadable request: {error.detail}")))
     answer = await handle_jsonrpc(

@@ -47,12 +47,14 @@ SUPPORTED_VERSION = re.compile(r"1\.0(\.\d+)?")
 JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
 
 NOT_YET = "is not yet supported by this agent"
+NO_STREAMING = "(capabilities.streaming is false)"
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} (capabilities.streaming is false); use SendMessage",
-    "SubscribeToTask": f"SubscribeToTask {NOT_YET} (capabilities.streaming is false); poll GetTask instead",
+    "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} {NO_STREAMING}; use SendMessage",
+    "SubscribeToTask": f"SubscribeToTask {NOT_YET} {NO_STREAMING}; poll GetTask instead",
     "ListTasks": f"ListTasks {NOT_YET}",
     "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
 }
+NO_PUSH = "push notifications are not supported by this agent (capabilities.pushNotifications is false)"
 PUSH_CONFIG_METHODS = frozenset(
     {
         "CreateTaskPushNotificationConfig",
@@ -82,8 +84,9 @@ def check_version(value: str | None) -> None:
     """
     if value is None or not value.strip():
         return
-    if not SUPPORTED_VERSION.fullmatch(value.strip()):
-        raise VersionNotSupportedError(f"A2A version {value.strip()!r} is not supported; this agent speaks 1.0")
+    requested = value.strip()
+    if not SUPPORTED_VERSION.fullmatch(requested):
+        raise VersionNotSupportedError(f"A2A version {requested!r} is not supported; this agent speaks 1.0")
 
 
 async def handle_jsonrpc(
@@ -144,7 +147,7 @@ def _usable_id(document: Any) -> RequestId:
 
 def _envelope(document: Any) -> JsonRpcRequest:
     if isinstance(document, list):
-        raise InvalidRequestError("batch requests are not supported; send one JSON-RPC request per HTTP request")
+        raise InvalidRequestError("batch requests are not supported; send one request per HTTP request")
     if not isinstance(document, dict):
         raise InvalidRequestError("a JSON-RPC request is a JSON object")
     if "id" not in document:
@@ -152,10 +155,11 @@ def _envelope(document: Any) -> JsonRpcRequest:
     try:
         return JsonRpcRequest.model_validate(document)
     except ValidationError as error:
-        fields = sorted({str(e["loc"][0]) if e["loc"] else "request" for e in error.errors(include_url=False)})
+        fields = sorted({str(e["loc"][0]) for e in error.errors(include_url=False) if e["loc"]})
         raise InvalidRequestError(
-            "invalid JSON-RPC 2.0 request: check " + ", ".join(fields)
-            + " (jsonrpc must be \"2.0\", id a string, number or null, method a string, params an object)"
+            "invalid JSON-RPC 2.0 request: check "
+            + ", ".join(fields)
+            + ' (jsonrpc must be "2.0", id a string, number or null, method a string, params an object)'
         ) from None
 
 
@@ -188,7 +192,5 @@ async def _dispatch(service: A2AService, method: str, params: Params) -> JSON:
     if method in UNSUPPORTED_METHODS:
         raise UnsupportedOperationError(UNSUPPORTED_METHODS[method])
     if method in PUSH_CONFIG_METHODS:
-        raise PushNotificationNotSupportedError(
-            f"{method}: push notifications are not supported by this agent (capabilities.pushNotifications is false)"
-        )
+        raise PushNotificationNotSupportedError(f"{method}: {NO_PUSH}")
     raise MethodNotFoundError(f"method {method!r} not found; this agent serves A2A 1.0 methods")

@@ -132,7 +132,8 @@ class A2AService:
         task = self._visible(tenant, task_id)
         if message.context_id is not None and message.context_id != task.context_id:
             raise InvalidParamsError(
-                f"contextId {message.context_id!r} does not match task {task.id}'s context {task.context_id!r}"
+                f"contextId {message.context_id!r} does not match the context of task {task.id} "
+                f"({task.context_id!r})"
             )
         answer = {**message.to_json(), "taskId": str(task.id), "contextId": task.context_id}
         try:
@@ -147,8 +148,9 @@ class A2AService:
                 "TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED"
             ) from None
         except PauseDeadlinePassedError:
+            deadline = iso_millis(task.pause_deadline)
             raise UnsupportedOperationError(
-                f"task {task.id} stopped waiting for input: its deadline {iso_millis(task.pause_deadline)} passed"
+                f"task {task.id} no longer waits for input: its deadline {deadline} passed"
             ) from None
         self._store.save_tasks(task)
         return task
@@ -156,14 +158,14 @@ class A2AService:
     def _cancel(self, tenant: str, task_id: str) -> Task:
         task = self._visible(tenant, task_id)
         if task.is_terminal:
-            raise TaskNotCancelableError(f"task is {task.state}; a terminal task cannot be canceled")
+            raise _not_cancelable(task)
         message = agent_message(
             "Canceled by the client.", task_id=task.id, context_id=task.context_id, message_id=str(uuid4())
         )
         try:
             task.cancel(now=self._clock(), reason=CANCEL_REASON, message=message)
         except TaskTerminalError:
-            raise TaskNotCancelableError(f"task is {task.state}; a terminal task cannot be canceled") from None
+            raise _not_cancelable(task) from None
         self._store.save_tasks(task)
         return task
 
@@ -175,7 +177,7 @@ class A2AService:
             name = self._default_skill
         if not isinstance(name, str):
             raise InvalidParamsError.with_violations(
-                "invalid params: metadata.skill must be a string", [("message.metadata.skill", "must be a string")]
+                "invalid params: metadata.skill must be a string", [("metadata.skill", "must be a string")]
             )
         try:
             return self._registry.newest(name)
@@ -244,6 +246,10 @@ def _params_of(message: Message) -> JSON:
         if isinstance(part.data, dict):
             return dict(part.data)
     return {}
+
+
+def _not_cancelable(task: Task) -> TaskNotCancelableError:
+    return TaskNotCancelableError(f"task is {task.state}; a terminal task cannot be canceled")
 
 
 def _expired_text(task_id: str) -> str:

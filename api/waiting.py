@@ -17,9 +17,13 @@ from projections.eventstore import TaskStore
 
 
 class TaskWaiter(Protocol):
-    """Waits for a task to (possibly) change."""
+    """Waits for a task to (possibly) change.
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:
+    ``timeout`` is an argument (not ``asyncio.timeout``) because it is part of the contract: a
+    waiter returns normally at the timeout and the caller decides what to answer.
+    """
+
+    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
         """Return once the task may have a version above ``seen_version``, or after ``timeout`` s.
 
         Returning early is allowed (callers reload and check); returning late is not.
@@ -35,7 +39,7 @@ class PollingWaiter:
         self._first_delay = first_delay
         self._max_delay = max_delay
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:
+    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
         """Poll until a version above ``seen_version`` is committed or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         delay = self._first_delay
