@@ -1,0 +1,139 @@
+"""Shared fixtures: one PostgreSQL and one NATS per session, isolated names per test.
+
+``LONGHAUL_TEST_DATABASE_URL`` / ``LONGHAUL_TEST_NATS_URL`` point the session at running servers
+(``.ci/run`` sets them when PostgreSQL and NATS answer on their default ports); without them the
+session starts the embedded servers of ``longhaul.embedded`` once, in a temporary folder.
+
+Each test gets its own PostgreSQL schema and its own JetStream stream and subject prefix, so
+tests never see each other's data; both are removed after the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import nats
+import psycopg
+import pytest
+from nats.js.errors import NotFoundError
+from psycopg import sql
+
+from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
+from longhaul.settings import Settings
+from projections.eventstore import StoreConfig, TaskStore
+
+DATABASE_URL_ENV = "LONGHAUL_TEST_DATABASE_URL"
+NATS_URL_ENV = "LONGHAUL_TEST_NATS_URL"
+
+T = TypeVar("T")
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+def run_async_blocking(coro_fn: Callable[[], Coroutine[object, object, T]]) -> T:
+    """Run a coroutine to completion from sync code, even when an event loop runs in this thread."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn())).result()
+
+
+@pytest.fixture(scope="session")
+def embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's data folder for the embedded servers (used only when they are needed)."""
+    return tmp_path_factory.mktemp("embedded")
+
+
+@pytest.fixture(scope="session")
+def database_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of the session's PostgreSQL: ``$LONGHAUL_TEST_DATABASE_URL``, else an embedded one."""
+    url = os.environ.get(DATABASE_URL_ENV)
+    if url:
+        yield url
+        return
+    with EmbeddedPostgres(request.getfixturevalue("embedded_dir")) as server:
+        assert server.url is not None
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of the session's NATS (JetStream): ``$LONGHAUL_TEST_NATS_URL``, else an embedded one."""
+    url = os.environ.get(NATS_URL_ENV)
+    if url:
+        yield url
+        return
+    with EmbeddedNats(request.getfixturevalue("embedded_dir")) as server:
+        assert server.url is not None
+        yield server.url
+
+
+@pytest.fixture
+def store_config(database_url: str) -> Iterator[StoreConfig]:
+    """A ``StoreConfig`` on a schema of this test's own (``t_<hex>``), dropped afterwards."""
+    config = StoreConfig(database_url=database_url, schema=_unique("t_"), pool_size=2, max_overflow=4)
+    yield config
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(config.schema)))
+
+
+@pytest.fixture
+def store(store_config: StoreConfig) -> Iterator[TaskStore]:
+    """A ``TaskStore`` on this test's schema, closed afterwards."""
+    task_store = TaskStore(store_config)
+    yield task_store
+    task_store.close()
+
+
+@pytest.fixture
+def nats_names(nats_url: str) -> Iterator[tuple[str, str]]:
+    """``(stream, subject_prefix)`` of this test's own; the stream is deleted afterwards if made."""
+    token = uuid.uuid4().hex[:12]
+    stream, prefix = f"T_{token}", f"t{token}"
+    yield stream, prefix
+
+    async def delete_stream() -> None:
+        client = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+        try:
+            await client.jetstream().delete_stream(stream)
+        except NotFoundError:
+            pass
+        finally:
+            await client.close()
+
+    run_async_blocking(delete_stream)
+
+
+@pytest.fixture
+def settings(
+    store_config: StoreConfig,
+    nats_url: str,
+    nats_names: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Settings:
+    """``Settings`` for this test's schema, stream and subjects; short lease and sweep intervals.
+
+    ``LONGHAUL_*`` variables of the calling shell are removed for the test, so they never leak in.
+    """
+    for name in list(os.environ):
+        if name.startswith("LONGHAUL_") and name not in (DATABASE_URL_ENV, NATS_URL_ENV):
+            monkeypatch.delenv(name)
+    stream, prefix = nats_names
+    return Settings(
+        database_url=store_config.database_url,
+        database_schema=store_config.schema,
+        nats_url=nats_url,
+        nats_stream=stream,
+        nats_subject_prefix=prefix,
+        data_dir=tmp_path / "data",
+        lease_seconds=2.0,
+        worker_grace_seconds=2.0,
+        sweep_interval_seconds=0.2,
+    )
