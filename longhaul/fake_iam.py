@@ -169,7 +169,8 @@ def serve(host: str = "127.0.0.1", port: int = 8090) -> None:
 @contextmanager
 def running(host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve a fresh fake IAM from a background thread; yields its base URL (port 0: a free one)."""
-    server = uvicorn.Server(uvicorn.Config(create_app(), host=host, port=port, log_level="warning", access_log=False))
+    config = uvicorn.Config(create_app(), host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), name="fake-iam", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -1,0 +1,159 @@
+"""``conformance``: the A2A TCK's test agent, driven by the first message's ``messageId`` prefix.
+
+The TCK (a2aproject/a2a-tck, branch ``1.0-dev``) sends ids ``tck-<scenario>-<session>`` and expects
+the behaviour below (``reference/a2a-1.0.md`` §15). Prefixes match longest first, so
+``tck-artifact-file-url`` is not taken for ``tck-artifact-file``; an unknown id completes the task.
+
+Steps (v1): ``respond`` (everything), ``follow_up`` (only after ``tck-input-required`` is answered:
+completes with ``Received: <text>``). Checkpoint: ``{"scenario": prefix or "", "messageId": id}``,
+plus ``emitted`` while the chunked-stream scenario is between its two chunks.
+
+Not covered: ``tck-message-response`` wants a direct Message instead of a task, which a durable
+runtime that always makes a task cannot give; it completes a task with that message instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from domain.skill import AskInput, Complete, Reject, Skill, StepContext, StepOutcome
+from workers.skills.parts import texts_of
+
+JSON = dict[str, Any]
+
+ARTIFACT_ID = "tck-artifact"
+FILE_BODY = b"file output"
+RESUBSCRIBE_HOLD_S = 4.0  # at least 2x the TCK's streaming timeout (2 s), as the reference SUT holds
+DELAYED_COMPLETE_S = 2.0  # 1x the TCK's streaming timeout
+
+STREAM_TEXTS = {
+    "tck-stream-001": "Stream hello from TCK",
+    "tck-stream-003": "Stream task lifecycle",
+    "tck-stream-ordering-001": "Ordered output",
+    "tck-stream-artifact-text": "Streamed text content",
+}
+PREFIXES: tuple[str, ...] = tuple(
+    sorted(
+        {
+            "tck-complete-task",
+            "tck-delayed-complete",
+            "tck-artifact-text",
+            "tck-artifact-file",
+            "tck-artifact-file-url",
+            "tck-artifact-data",
+            "tck-message-response",
+            "tck-input-required",
+            "tck-reject-task",
+            "tck-stream-002",
+            "tck-stream-artifact-file",
+            "tck-stream-artifact-chunked",
+            "test-resubscribe-message-id",
+            *STREAM_TEXTS,
+        },
+        key=lambda p: (-len(p), p),
+    )
+)
+
+
+def scenario_of(message_id: str) -> str:
+    """The longest known prefix of ``message_id``.
+
+    Other ``tck-stream-`` ids map to ``tck-stream`` (artifact, then complete); anything else is
+    ``""`` (the default: complete).
+    """
+    for prefix in PREFIXES:
+        if message_id.startswith(prefix):
+            return prefix
+    return "tck-stream" if message_id.startswith("tck-stream-") else ""
+
+
+def _artifact(*parts: JSON) -> JSON:
+    return {"artifactId": ARTIFACT_ID, "name": "tck-output", "parts": list(parts)}
+
+
+def _file_part() -> JSON:
+    return {"raw": base64.b64encode(FILE_BODY).decode(), "filename": "output.txt", "mediaType": "text/plain"}
+
+
+def _immediate(scenario: str) -> StepOutcome | None:
+    """The outcome of a scenario that needs no waiting and no mid-step commit."""
+    url_part = {"url": "https://example.com/output.txt", "filename": "output.txt", "mediaType": "text/plain"}
+    outcomes: dict[str, StepOutcome] = {
+        "": Complete(message="Hello from TCK"),
+        "tck-complete-task": Complete(message="Hello from TCK"),
+        "tck-message-response": Complete(message="Direct message response"),
+        "tck-reject-task": Reject("rejected"),
+        "tck-artifact-text": Complete(artifacts=[_artifact({"text": "Generated text content"})]),
+        "tck-artifact-file": Complete(artifacts=[_artifact(_file_part())]),
+        "tck-artifact-file-url": Complete(artifacts=[_artifact(url_part)]),
+        "tck-artifact-data": Complete(artifacts=[_artifact({"data": {"key": "value", "count": 42}})]),
+        "tck-stream-002": Complete(),
+    }
+    return outcomes.get(scenario)
+
+
+class Conformance:
+    """The TCK agent; the two holds are parameters so tests need not wait seconds."""
+
+    def __init__(
+        self, resubscribe_hold_s: float = RESUBSCRIBE_HOLD_S, delayed_s: float = DELAYED_COMPLETE_S
+    ) -> None:
+        self.resubscribe_hold_s = resubscribe_hold_s
+        self.delayed_s = delayed_s
+
+    def skill(self) -> Skill:
+        """The skill, ``conformance`` v1."""
+        return Skill(
+            name="conformance",
+            version=1,
+            steps=[self.respond, self.follow_up],
+            description="The A2A TCK's test agent: behaves as the TCK's messageId prefixes ask.",
+            tags=("tck", "conformance"),
+        )
+
+    async def respond(self, ctx: StepContext) -> StepOutcome:
+        """Act on the first message's ``messageId``."""
+        message_id = str(ctx.checkpoint.get("messageId") or ctx.latest_input.get("messageId") or "")
+        scenario = scenario_of(message_id)
+        checkpoint = {**ctx.checkpoint, "scenario": scenario, "messageId": message_id}
+        outcome = _immediate(scenario)
+        if outcome is not None:
+            return outcome
+        if scenario == "tck-input-required":
+            return AskInput(question="Input required", checkpoint=checkpoint)
+        if scenario == "tck-delayed-complete":
+            await asyncio.sleep(self.delayed_s)
+            return Complete(message="Done after delay")
+        if scenario == "test-resubscribe-message-id":
+            await asyncio.sleep(self.resubscribe_hold_s)
+            return Complete()
+        if scenario == "tck-stream-artifact-chunked":
+            await _stream_chunks(ctx, checkpoint)
+            return Complete()
+        text = STREAM_TEXTS.get(scenario, "Stream output")
+        part = _file_part() if scenario == "tck-stream-artifact-file" else {"text": text}
+        await ctx.emit_artifact(_artifact(part))
+        return Complete()
+
+    async def follow_up(self, ctx: StepContext) -> StepOutcome:
+        """The answer to ``tck-input-required``: complete."""
+        return Complete(message=f"Received: {' '.join(texts_of(ctx.latest_input))}")
+
+
+async def _stream_chunks(ctx: StepContext, checkpoint: JSON) -> None:
+    """``chunk-1 `` then ``chunk-2`` (append, last chunk), each committed with the count emitted."""
+    chunks = [("chunk-1 ", False), ("chunk-2", True)]
+    for index in range(checkpoint.get("emitted", 0), len(chunks)):
+        text, last = chunks[index]
+        await ctx.emit_artifact(_artifact({"text": text}), append=index > 0, last_chunk=last)
+        checkpoint = {**checkpoint, "emitted": index + 1}
+        await ctx.commit(checkpoint)
+
+
+def conformance_skill(
+    resubscribe_hold_s: float = RESUBSCRIBE_HOLD_S, delayed_s: float = DELAYED_COMPLETE_S
+) -> Skill:
+    """``conformance`` v1."""
+    return Conformance(resubscribe_hold_s, delayed_s).skill()
