@@ -52,9 +52,7 @@ class StepContext(Protocol):
         """Save ``checkpoint`` mid-step (a sub-step commit); also renews the lease."""
         ...
 
-    async def emit_artifact(
-        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True
-    ) -> None:
+    async def emit_artifact(self, artifact: JSON, *, append: bool = False, last_chunk: bool = True) -> None:
         """Commit an artifact (A2A shape), or one chunk of it with ``append=True``."""
         ...
 

@@ -467,7 +467,14 @@ class Task(Aggregate):
         self.check_lease(epoch, now)
         if not artifact.get("artifactId") or not artifact.get("parts"):
             raise InvalidCommandError("an artifact needs an artifactId and at least one part")
-        self._trigger(self.ArtifactChunkAppended, now, epoch=epoch, artifact=artifact, append=append, last_chunk=last_chunk)
+        self._trigger(
+            self.ArtifactChunkAppended,
+            now,
+            epoch=epoch,
+            artifact=artifact,
+            append=append,
+            last_chunk=last_chunk,
+        )
 
     def record_effect(self, *, epoch: int, now: datetime, key: str, result: Any) -> None:
         """Record the result of a run-once side effect under ``key``."""

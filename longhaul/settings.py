@@ -19,23 +19,35 @@ class Settings(BaseSettings):
         description="PostgreSQL URL (postgresql://user:pass@host:port/db). Unset: embedded PostgreSQL.",
     )
     database_schema: str = Field(default="public", description="Schema that holds longhaul's tables.")
-    nats_url: str | None = Field(default=None, description="NATS URL (nats://host:port). Unset: embedded NATS.")
+    nats_url: str | None = Field(
+        default=None, description="NATS URL (nats://host:port). Unset: embedded NATS."
+    )
     nats_stream: str = Field(default="LONGHAUL_TASKS", description="JetStream stream for task events.")
-    nats_subject_prefix: str = Field(default="longhaul", description="Subjects are <prefix>.tasks.<tenant>.<task>.")
+    nats_subject_prefix: str = Field(
+        default="longhaul", description="Subjects are <prefix>.tasks.<tenant>.<task>."
+    )
     host: str = Field(default="127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(default=8080, ge=0, le=65535, description="Port the gateway listens on.")
     public_url: str | None = Field(default=None, description="Base URL clients reach the gateway at.")
     lease_seconds: float = Field(default=30.0, gt=0, description="Length of a worker's lease on a task.")
     worker_concurrency: int = Field(default=8, ge=1, le=1024, description="Tasks one worker runs at once.")
-    worker_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM: time for running steps to commit.")
+    worker_grace_seconds: float = Field(
+        default=10.0, ge=0, description="SIGTERM: time for running steps to commit."
+    )
     data_dir: Path = Field(default=Path(".longhaul"), description="Embedded services' data.")
     default_skill: str = Field(default="echo", description="Skill for messages that name none.")
-    max_pause: timedelta = Field(default=timedelta(days=7), description="Deadline of a pause that names none.")
+    max_pause: timedelta = Field(
+        default=timedelta(days=7), description="Deadline of a pause that names none."
+    )
     skill_modules: list[str] = Field(
         default_factory=list, description="Import paths of extra modules that define SKILLS (JSON list)."
     )
-    iam_url: str | None = Field(default=None, description="Base URL of the IAM the access-review skill calls.")
-    sweep_interval_seconds: float = Field(default=1.0, gt=0, description="How often the sweeper looks for work.")
+    iam_url: str | None = Field(
+        default=None, description="Base URL of the IAM the access-review skill calls."
+    )
+    sweep_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often the sweeper looks for work."
+    )
     clock_offset_seconds: float = Field(
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )
@@ -45,7 +57,9 @@ class Settings(BaseSettings):
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
         if value and not value.startswith(("postgresql://", "postgres://")):
-            raise ValueError("must start with postgresql:// (for example postgresql://postgres@127.0.0.1:5432/longhaul)")
+            raise ValueError(
+                "must start with postgresql:// (for example postgresql://postgres@127.0.0.1:5432/longhaul)"
+            )
         return value or None
 
     @field_validator("nats_url")
