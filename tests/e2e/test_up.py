@@ -1,0 +1,71 @@
+"""`longhaul up` on a fresh folder: embedded PostgreSQL and NATS, a task that survives a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from tests.support.processes import free_port, rpc, wait_for_http
+
+AGENT_CARD_WITHIN_S = 20
+
+
+def _start_up(folder: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
+    env["LONGHAUL_PORT"] = str(port)
+    log = (folder / "up.log").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "longhaul.cli", "up"],
+        cwd=folder,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _interrupt(process: subprocess.Popen[bytes]) -> int:
+    process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    return process.wait(60)
+
+
+def test_up_serves_runs_and_keeps_tasks_across_restart(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+
+    started = time.monotonic()
+    up = _start_up(tmp_path, port)
+    try:
+        wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
+        assert time.monotonic() - started < AGENT_CARD_WITHIN_S
+        message = {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"text": "still here after a restart?"}],
+            "metadata": {"skill": "echo"},
+        }
+        sent = rpc(base, "SendMessage", {"message": message})
+        task = sent["result"]["task"]  # type: ignore[index]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert task["artifacts"][0]["parts"][0]["text"] == "still here after a restart?"
+    finally:
+        assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
+
+    # The data lives in ./.longhaul by default.
+    assert (tmp_path / ".longhaul").is_dir()
+
+    up = _start_up(tmp_path, port)
+    try:
+        wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
+        fetched = rpc(base, "GetTask", {"id": task["id"]})["result"]
+        assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"  # type: ignore[index]
+        assert fetched["artifacts"] == task["artifacts"]  # type: ignore[index]
+    finally:
+        assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout.strip() == "", f"processes left running: {leftovers.stdout}"
