@@ -68,7 +68,8 @@ def test_a_missing_key_is_refused_and_applies_nothing(iam: httpx.Client) -> None
 
 
 def test_an_unknown_grant_is_refused(iam: httpx.Client) -> None:
-    response = iam.post("/revocations", json={"system": 3, "grant_id": "nope", "user": "x"}, headers={"Idempotency-Key": "k"})
+    body = {"system": 3, "grant_id": "nope", "user": "x"}
+    response = iam.post("/revocations", json=body, headers={"Idempotency-Key": "k"})
 
     assert response.status_code == 422
     assert iam.get("/revocations").json() == []
@@ -92,7 +93,8 @@ def test_calls_lists_every_request_oldest_first(iam: httpx.Client) -> None:
     assert [c["applied"] for c in calls] == [False, True, False]
     assert all(set(c) == {"method", "path", "task_id", "idempotency_key", "applied", "at"} for c in calls)
     stamps = [c["at"] for c in calls]
-    assert stamps == sorted(stamps) and before <= stamps[0] <= time.time()
+    assert stamps == sorted(stamps)
+    assert before <= stamps[0] <= time.time()
     assert [c["path"] for c in iam.get("/calls", params={"task_id": "task-b"}).json()] == ["/revocations"]
 
 
