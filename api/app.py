@@ -60,7 +60,7 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
         service,
         body=body,
         content_type=request.headers.get("content-type"),
-        a2a_version=request.headers.get("a2a-version", request.query_params.get("A2A-Version")),
+        a2a_version=request.headers.get("a2a-version") or request.query_params.get("A2A-Version"),
     )
     return _respond(answer)
 

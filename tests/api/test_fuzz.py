@@ -1,0 +1,113 @@
+"""Random junk never gets a 500, always gets a well-formed JSON-RPC error, and appends nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from projections.eventstore import TaskStore
+from tests.api.support import log_position
+
+ENDPOINT = "/a2a/jsonrpc"
+METHODS = [
+    "SendMessage",
+    "GetTask",
+    "CancelTask",
+    "SendStreamingMessage",
+    "SubscribeToTask",
+    "ListTasks",
+    "GetExtendedAgentCard",
+    "CreateTaskPushNotificationConfig",
+    "message/send",
+]
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+parts = st.lists(
+    st.dictionaries(st.sampled_from(["text", "raw", "url", "data", "mediaType", "filename"]), json_values),
+    max_size=3,
+)
+
+# A client message is never valid here: its role is never ROLE_USER, so SendMessage must refuse it.
+messages = st.fixed_dictionaries(
+    {"role": json_values | st.sampled_from(["ROLE_AGENT", "ROLE_UNSPECIFIED", "user", "agent"])},
+    optional={
+        "messageId": json_values,
+        "parts": parts | json_values,
+        "taskId": json_values,
+        "contextId": json_values,
+        "metadata": json_values,
+    },
+).filter(lambda message: message.get("role") != "ROLE_USER")
+
+params = (
+    json_values
+    | st.fixed_dictionaries(
+        {"message": messages},
+        optional={"configuration": json_values, "tenant": json_values, "metadata": json_values},
+    )
+    | st.fixed_dictionaries(
+        {"id": json_values}, optional={"historyLength": json_values, "tenant": json_values}
+    )
+)
+
+envelopes = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]) | json_values,
+        "id": json_values,
+        "method": st.sampled_from(METHODS) | json_values,
+        "params": params,
+    },
+).map(lambda document: json.dumps(document).encode())
+
+bodies = st.binary(max_size=300) | json_values.map(lambda value: json.dumps(value).encode()) | envelopes
+content_types = st.sampled_from(
+    ["application/json", "application/a2a+json", "application/json; charset=utf-8", "text/plain", "", "x/y"]
+)
+versions = st.sampled_from([None, "1.0", "1.0.2", "", "0.3", "99.0", "banana"])
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=bodies, content_type=content_types, version=versions)
+async def test_junk_gets_a_jsonrpc_error_and_changes_nothing(
+    client: httpx.AsyncClient, store: TaskStore, body: bytes, content_type: str, version: str | None
+) -> None:
+    before = log_position(store)
+    headers = {"Content-Type": content_type}
+    client.headers.pop("A2A-Version", None)
+    if version is not None:
+        headers["A2A-Version"] = version
+
+    response = await client.post(ENDPOINT, content=body, headers=headers)
+
+    assert response.status_code in (200, 413), response.text
+    answer: dict[str, Any] = response.json()
+    assert set(answer) == {"jsonrpc", "id", "error"}, answer
+    assert answer["jsonrpc"] == "2.0"
+    error = answer["error"]
+    assert set(error) == {"code", "message", "data"}, error
+    assert isinstance(error["code"], int)
+    assert error["code"] != -32603, error  # junk is the client's fault, never an internal error
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert error["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert log_position(store) == before
