@@ -128,6 +128,28 @@ class TaskStore(Application[UUID]):
             raise ConflictError(str(error)) from error
         return [r.notification.id for r in recordings]
 
+    def save_each(self, *tasks: Task) -> list[ConflictError | None]:
+        """Append the pending events of ``tasks``: together in one transaction when none
+        conflicts; otherwise each task alone, so that one task's conflict costs no other.
+
+        Returns, per task, ``None`` (saved) or the ``ConflictError`` that refused it.
+        """
+        batch = [(t, list(t.pending_events), RunQueueRow.of(t)) for t in tasks if t.pending_events]
+        try:
+            self.save(*tasks, run_queue=[row for _, _, row in batch])
+        except RecordConflictError:
+            pass
+        else:
+            return [None] * len(tasks)
+        outcome: dict[int, ConflictError | None] = {}
+        for task, events, row in batch:
+            try:
+                self.save(*events, run_queue=[row])
+                outcome[id(task)] = None
+            except RecordConflictError as error:
+                outcome[id(task)] = ConflictError(str(error))
+        return [outcome.get(id(t)) for t in tasks]
+
     def history(self, task_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
         """Every event of a task, oldest first."""
         return iter(self.events.get(task_id))

@@ -20,6 +20,7 @@ from domain.clock import Clock
 from domain.errors import LeaseLostError
 from domain.task import Task, lease_end
 from projections.eventstore import ConflictError, TaskStore
+from workers.committer import Committer
 
 MAX_CONFLICT_RETRIES = 20
 
@@ -30,8 +31,11 @@ Command = Callable[[Task, datetime], None]
 class LeasedTask:
     """The worker's side of one lease: the task copy, the epoch, and a commit lock."""
 
-    def __init__(self, *, store: TaskStore, task: Task, epoch: int, clock: Clock, lease_seconds: float) -> None:
+    def __init__(
+        self, *, store: TaskStore, committer: Committer, task: Task, epoch: int, clock: Clock, lease_seconds: float
+    ) -> None:
         self.store = store
+        self.committer = committer
         self.task = task
         self.epoch = epoch
         self.clock = clock
@@ -65,7 +69,7 @@ class LeasedTask:
                     self.lost = error
                     raise
                 try:
-                    await asyncio.to_thread(self.store.save_tasks, task)
+                    await self.committer.save(task)
                 except ConflictError:
                     self.task = await asyncio.to_thread(self.store.get, self.task_id)
                     continue

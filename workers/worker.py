@@ -13,6 +13,7 @@ from domain.errors import DomainError, LeaseLostError
 from domain.skill import SkillRegistry, UnknownSkillError
 from domain.task import Task, lease_end
 from projections.eventstore import ConflictError, TaskStore
+from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.release import check_release
 from workers.task_runner import RunPolicy, TaskRunner
@@ -47,6 +48,7 @@ class Worker:
         self.draining = asyncio.Event()
         self.runners: dict[UUID, TaskRunner] = {}
         self._slot_freed = asyncio.Event()
+        self.committer = Committer(store)
         self._wakeup = Wakeup(store.config.database_url, store.recorder_channel)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -98,11 +100,13 @@ class Worker:
             epoch = task.grant_lease(
                 worker=self.config.worker_id, now=now, until=lease_end(now, self.config.lease_seconds)
             )
-            await asyncio.to_thread(self.store.save_tasks, task)
+            await self.committer.save(task)
         except (ConflictError, DomainError):
             return None
         return LeasedTask(
-            store=self.store, task=task, epoch=epoch, clock=self.clock, lease_seconds=self.config.lease_seconds
+            store=self.store,
+            committer=self.committer,
+            task=task, epoch=epoch, clock=self.clock, lease_seconds=self.config.lease_seconds
         )
 
     def _start(self, lease: LeasedTask) -> None:
