@@ -15,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+from typing_extensions import override
 
 from domain.errors import (
     DeadlineNotReachedError,
@@ -52,6 +53,7 @@ class Task(Aggregate):
         message: JSON
         params: JSON
 
+        @override
         def apply(self, aggregate: Aggregate) -> None:
             task = _as_task(aggregate)
             task.tenant = self.tenant
@@ -78,6 +80,7 @@ class Task(Aggregate):
     class Event(Aggregate.Event):
         """Base for every event after submission."""
 
+        @override
         def apply(self, aggregate: Aggregate) -> None:
             self.evolve(_as_task(aggregate))
 
@@ -92,6 +95,7 @@ class Task(Aggregate):
         epoch: int
         until: datetime
 
+        @override
         def evolve(self, task: Task) -> None:
             task.lease_owner, task.lease_epoch, task.lease_until = self.worker, self.epoch, self.until
             if task.state == TaskState.SUBMITTED:
@@ -104,6 +108,7 @@ class Task(Aggregate):
         epoch: int
         until: datetime
 
+        @override
         def evolve(self, task: Task) -> None:
             task.lease_until = self.until
 
@@ -114,6 +119,7 @@ class Task(Aggregate):
         epoch: int
         reason: str
 
+        @override
         def evolve(self, task: Task) -> None:
             task._clear_lease()
 
@@ -126,6 +132,7 @@ class Task(Aggregate):
         checkpoint: JSON
         lease_until: datetime
 
+        @override
         def evolve(self, task: Task) -> None:
             task.next_step = self.step + 1
             task.checkpoint = dict(self.checkpoint)
@@ -140,6 +147,7 @@ class Task(Aggregate):
         checkpoint: JSON
         lease_until: datetime
 
+        @override
         def evolve(self, task: Task) -> None:
             task.checkpoint = dict(self.checkpoint)
             task.lease_until = self.lease_until
@@ -151,6 +159,7 @@ class Task(Aggregate):
         epoch: int
         message: JSON
 
+        @override
         def evolve(self, task: Task) -> None:
             task.status_message = self.message
             task.status_timestamp = self.timestamp
@@ -166,6 +175,7 @@ class Task(Aggregate):
         deadline: datetime
         on_deadline: str
 
+        @override
         def evolve(self, task: Task) -> None:
             task._pause(self, TaskState.INPUT_REQUIRED)
 
@@ -180,6 +190,7 @@ class Task(Aggregate):
         deadline: datetime
         on_deadline: str
 
+        @override
         def evolve(self, task: Task) -> None:
             task._pause(self, TaskState.AUTH_REQUIRED)
 
@@ -189,6 +200,7 @@ class Task(Aggregate):
         class_version = 1
         message: JSON
 
+        @override
         def evolve(self, task: Task) -> None:
             task.history.append(self.message)
             task.latest_input = self.message
@@ -204,6 +216,7 @@ class Task(Aggregate):
         append: bool
         last_chunk: bool
 
+        @override
         def evolve(self, task: Task) -> None:
             artifact_id = self.artifact["artifactId"]
             existing = task.artifacts.get(artifact_id)
@@ -222,6 +235,7 @@ class Task(Aggregate):
         key: str
         result: Any
 
+        @override
         def evolve(self, task: Task) -> None:
             task.effects[self.key] = self.result
 
@@ -231,6 +245,7 @@ class Task(Aggregate):
         class_version = 1
         config: JSON
 
+        @override
         def evolve(self, task: Task) -> None:
             task.push_configs[self.config["id"]] = dict(self.config)
 
@@ -240,6 +255,7 @@ class Task(Aggregate):
         class_version = 1
         config_id: str
 
+        @override
         def evolve(self, task: Task) -> None:
             task.push_configs.pop(self.config_id, None)
 
@@ -250,6 +266,7 @@ class Task(Aggregate):
         epoch: int
         message: JSON | None
 
+        @override
         def evolve(self, task: Task) -> None:
             task._clear_lease()
             task._set_state(TaskState.COMPLETED, self.message, self.timestamp)
@@ -261,6 +278,7 @@ class Task(Aggregate):
         reason: str
         message: JSON | None
 
+        @override
         def evolve(self, task: Task) -> None:
             task._clear_lease()
             task.pause = None
@@ -273,6 +291,7 @@ class Task(Aggregate):
         reason: str
         message: JSON | None
 
+        @override
         def evolve(self, task: Task) -> None:
             task._clear_lease()
             task.pause = None
@@ -286,6 +305,7 @@ class Task(Aggregate):
         reason: str
         message: JSON | None
 
+        @override
         def evolve(self, task: Task) -> None:
             task._clear_lease()
             task._set_state(TaskState.REJECTED, self.message, self.timestamp)
@@ -296,6 +316,7 @@ class Task(Aggregate):
         class_version = 1
         reason: str
 
+        @override
         def evolve(self, task: Task) -> None:
             task.expired = True
 

@@ -21,7 +21,9 @@ def _parser() -> argparse.ArgumentParser:
         description="A durable runtime for long-running A2A tasks. Settings come from LONGHAUL_* variables.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("up", help="run everything in one process (embedded PostgreSQL and NATS when no URLs are set)")
+    sub.add_parser(
+        "up", help="run everything in one process (embedded PostgreSQL and NATS when no URLs are set)"
+    )
     sub.add_parser("gateway", help="serve A2A over HTTP (JSON-RPC) and the agent card")
     sub.add_parser("worker", help="claim runnable tasks under a lease and run their steps")
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")

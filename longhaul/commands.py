@@ -14,19 +14,19 @@ from typing import Any
 from uuid import UUID
 
 import uvicorn
+
 from api.app import create_app
 from domain.clock import Clock
+from longhaul import fake_iam as fake_iam_service
+from longhaul import wiring
+from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
+from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
 from projections.eventstore import TaskNotFoundError, TaskStore
 from workers.relay import Relay
 from workers.release import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.worker import Worker
-
-from longhaul import fake_iam as fake_iam_service
-from longhaul import wiring
-from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
-from longhaul.settings import Settings
 
 log = logging.getLogger("longhaul")
 
@@ -90,7 +90,7 @@ async def _run_all(parts: list[Awaitable[None]], stop: asyncio.Event) -> None:
     """Run ``parts`` until ``stop``; if one fails, stop the others and re-raise."""
     tasks = [asyncio.ensure_future(p) for p in parts]
     stopper = asyncio.ensure_future(stop.wait())
-    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
     stop.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     stopper.cancel()
@@ -109,7 +109,9 @@ async def gateway(settings: Settings) -> None:
     clock = wiring.system_clock(settings)
     app = _gateway_parts(settings, store, clock, settings.port)
     try:
-        await _serve(app, settings.host, settings.port, stop, lambda p: log.info("gateway listening on port %d", p))
+        await _serve(
+            app, settings.host, settings.port, stop, lambda p: log.info("gateway listening on port %d", p)
+        )
     finally:
         store.close()
 
@@ -177,12 +179,17 @@ def _names(settings: Settings) -> Any:
 async def fake_iam(host: str, port: int) -> None:
     """Serve the fake IAM until stopped."""
     stop = _stop_event()
-    await _serve(fake_iam_service.create_app(), host, port, stop, lambda p: log.info("fake IAM on port %d", p))
+    await _serve(
+        fake_iam_service.create_app(), host, port, stop, lambda p: log.info("fake IAM on port %d", p)
+    )
 
 
 async def up(settings: Settings) -> None:
-    """Everything in one process: embedded services as needed, fake IAM, gateway, worker,
-    sweeper and relay. Stops everything (keeping the data) on Ctrl-C or SIGTERM."""
+    """Run everything in one process until Ctrl-C or SIGTERM, then stop it all, keeping the data.
+
+    Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
+    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper and the relay.
+    """
     stop = _stop_event()
     with ExitStack() as services:
         settings = _with_embedded_services(settings, services)
@@ -195,7 +202,9 @@ async def up(settings: Settings) -> None:
                 iam_port.append(port)
                 iam_started.set()
 
-            iam = asyncio.ensure_future(_serve(fake_iam_service.create_app(), "127.0.0.1", 0, stop, iam_ready))
+            iam = asyncio.ensure_future(
+                _serve(fake_iam_service.create_app(), "127.0.0.1", 0, stop, iam_ready)
+            )
             await asyncio.wait(
                 [iam, asyncio.ensure_future(iam_started.wait())], return_when=asyncio.FIRST_COMPLETED
             )

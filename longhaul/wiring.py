@@ -10,13 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
+from longhaul.settings import Settings
 from projections.eventstore import StoreConfig, TaskStore
 from workers.relay import NatsNames
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
-
-from longhaul.settings import Settings
 
 
 def system_clock(settings: Settings) -> Clock:
@@ -32,7 +31,9 @@ def system_clock(settings: Settings) -> Clock:
 def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> StoreConfig:
     """Where the event store lives."""
     if settings.database_url is None:
-        raise RuntimeError("LONGHAUL_DATABASE_URL is not set (only `longhaul up` starts an embedded PostgreSQL)")
+        raise RuntimeError(
+            "LONGHAUL_DATABASE_URL is not set (only `longhaul up` starts an embedded PostgreSQL)"
+        )
     return StoreConfig(
         database_url=settings.database_url,
         schema=settings.database_schema,
@@ -51,7 +52,9 @@ def nats_names(settings: Settings) -> NatsNames:
     """The deployment's NATS URL, stream and subject prefix."""
     if settings.nats_url is None:
         raise RuntimeError("LONGHAUL_NATS_URL is not set (only `longhaul up` starts an embedded NATS)")
-    return NatsNames(url=settings.nats_url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix)
+    return NatsNames(
+        url=settings.nats_url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix
+    )
 
 
 def build_registry(settings: Settings) -> SkillRegistry:
@@ -64,7 +67,9 @@ def build_registry(settings: Settings) -> SkillRegistry:
         module = importlib.import_module(module_name)
         skills = getattr(module, "SKILLS", None)
         if not isinstance(skills, list) or not all(isinstance(s, Skill) for s in skills):
-            raise RuntimeError(f"skill module {module_name} must define SKILLS as a list of domain.skill.Skill")
+            raise RuntimeError(
+                f"skill module {module_name} must define SKILLS as a list of domain.skill.Skill"
+            )
         for skill in skills:
             registry.register(skill)
     return registry

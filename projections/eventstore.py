@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 from uuid import UUID
 
 import psycopg
-from eventsourcing.application import Application
+from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import RecordConflictError
 from eventsourcing.utils import get_topic
@@ -85,7 +85,7 @@ class TaskStore(Application[UUID]):
     """The Task event store with its inline run queue."""
 
     name = APP_NAME
-    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}  # type: ignore[misc]
+    snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}
 
     def __init__(self, config: StoreConfig) -> None:
         ensure_schema(config)
@@ -107,11 +107,9 @@ class TaskStore(Application[UUID]):
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""
         try:
-            task = self.repository.get(task_id, version=version)
-        except Exception as error:
-            if type(error).__name__ == "AggregateNotFoundError":
-                raise TaskNotFoundError(str(task_id)) from error
-            raise
+            task: Task = self.repository.get(task_id, version=version)
+        except AggregateNotFoundError as error:
+            raise TaskNotFoundError(str(task_id)) from error
         assert isinstance(task, Task)
         return task
 
@@ -129,8 +127,9 @@ class TaskStore(Application[UUID]):
         return [r.notification.id for r in recordings]
 
     def save_each(self, *tasks: Task) -> list[ConflictError | None]:
-        """Append the pending events of ``tasks``: together in one transaction when none
-        conflicts; otherwise each task alone, so that one task's conflict costs no other.
+        """Append the pending events of ``tasks``, grouped in one transaction when possible.
+
+        When any of them conflicts, each task is saved alone, so one conflict costs no other.
 
         Returns, per task, ``None`` (saved) or the ``ConflictError`` that refused it.
         """

@@ -150,7 +150,7 @@ class RunQueueRecorder(PostgresApplicationRecorder):
     # ------------------------------------------------------------------ queries
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[DictRow]:
-        statement = SQL(sql).format(  # type: ignore[arg-type]
+        statement = SQL(sql).format(
             schema=Identifier(self.datastore.schema), table=Identifier(self.run_queue_table)
         )
         with self.datastore.transaction(commit=False) as curs:

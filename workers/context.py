@@ -83,7 +83,9 @@ class DurableStepContext:
         chunk = copy.deepcopy(artifact)
 
         def emit(task: Task, now: datetime) -> None:
-            task.append_artifact(epoch=self._lease.epoch, now=now, artifact=chunk, append=append, last_chunk=last_chunk)
+            task.append_artifact(
+                epoch=self._lease.epoch, now=now, artifact=chunk, append=append, last_chunk=last_chunk
+            )
 
         await self._lease.commit(emit)
 

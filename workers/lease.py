@@ -12,6 +12,7 @@ applied to that copy and saved in one transaction at the copy's version:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
@@ -32,7 +33,14 @@ class LeasedTask:
     """The worker's side of one lease: the task copy, the epoch, and a commit lock."""
 
     def __init__(
-        self, *, store: TaskStore, committer: Committer, task: Task, epoch: int, clock: Clock, lease_seconds: float
+        self,
+        *,
+        store: TaskStore,
+        committer: Committer,
+        task: Task,
+        epoch: int,
+        clock: Clock,
+        lease_seconds: float,
     ) -> None:
         self.store = store
         self.committer = committer
@@ -94,10 +102,8 @@ class LeasedTask:
         def release(task: Task, now: datetime) -> None:
             task.release_lease(epoch=self.epoch, now=now, reason=reason)
 
-        try:
+        with contextlib.suppress(LeaseLostError):
             await self.commit(release)
-        except LeaseLostError:
-            pass
 
     async def refresh(self) -> Task:
         """Reload the task (to see what others appended) without writing."""

@@ -79,7 +79,9 @@ class Relay:
         self.names = names
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
-        self._lock_key = int.from_bytes(hashlib.sha256(f"relay:{schema}:{names.stream}".encode()).digest()[:8], "big", signed=True)
+        self._lock_key = int.from_bytes(
+            hashlib.sha256(f"relay:{schema}:{names.stream}".encode()).digest()[:8], "big", signed=True
+        )
         self.published = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -88,7 +90,9 @@ class Relay:
         try:
             await self._create_table(conn)
             while not stop.is_set():
-                row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))).fetchone()
+                row = await (
+                    await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
+                ).fetchone()
                 if row and row[0]:
                     break
                 with contextlib.suppress(TimeoutError):
@@ -130,12 +134,12 @@ class Relay:
         if not notifications:
             return after
         tenants = await asyncio.to_thread(
-            self.store.run_queue.tenants, list({n.originator_id for n in notifications})
+            self.store.run_queue.tenants, list({UUID(str(n.originator_id)) for n in notifications})
         )
         futures = []
         for notification in notifications:
             event = self.store.mapper.to_domain_event(notification)
-            tenant = tenants.get(event.originator_id, "default")
+            tenant = tenants.get(UUID(str(event.originator_id)), "default")
             payload = dumps(event_message(notification.id, tenant, event)).encode()
             headers = {
                 "Nats-Msg-Id": f"{self.names.stream}:{notification.id}",
@@ -160,9 +164,9 @@ class Relay:
 
     async def _create_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, position bigint NOT NULL)").format(
-                self._table
-            )
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, position bigint NOT NULL)"
+            ).format(self._table)
         )
 
     async def _position(self, conn: psycopg.AsyncConnection[Any]) -> int:

@@ -39,7 +39,7 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sweep_once)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - keep sweeping; the next round retries
                 log.warning("sweep failed: %r", error)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
@@ -48,7 +48,9 @@ class Sweeper:
     def sweep_once(self) -> tuple[int, int]:
         """End every due pause and expire every due task; returns how many of each."""
         now = self.clock()
-        ended = sum(self._apply(task_id, _expire_pause) for task_id in self.store.run_queue.due_pauses(now, BATCH))
+        ended = sum(
+            self._apply(task_id, _expire_pause) for task_id in self.store.run_queue.due_pauses(now, BATCH)
+        )
         expired = sum(
             self._apply(task_id, _expire_retention(self.retention))
             for task_id in self.store.run_queue.due_expiries(now - self.retention, BATCH)

@@ -30,7 +30,7 @@ class RunPolicy:
     retry_backoff_s: float = 0.2
 
 
-class Draining(Exception):
+class DrainRequestedError(Exception):
     """The worker is shutting down: stop after the current commit."""
 
 
@@ -51,7 +51,7 @@ class TaskRunner:
             await self._run_steps()
         except LeaseLostError as error:
             log.info("task %s: stopped, %s", self.lease.task_id, error.reason)
-        except Draining:
+        except DrainRequestedError:
             await self.lease.release("worker shutting down")
             log.info("task %s: lease released for shutdown", self.lease.task_id)
 
@@ -62,16 +62,16 @@ class TaskRunner:
             if task.state != "TASK_STATE_WORKING" or task.lease_epoch != self.lease.epoch:
                 return
             if self.draining.is_set():
-                raise Draining
+                raise DrainRequestedError
             index = task.next_step
             if index >= len(self.skill.steps):
                 await self.lease.commit(self._finish_without_outcome)
                 return
             try:
                 outcome = await self._run_one(index)
-            except (LeaseLostError, Draining, asyncio.CancelledError):
+            except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
                 raise
-            except Exception as error:  # a step failed: retry it from its checkpoint
+            except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
                 attempts += 1
                 log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
                 if attempts >= self.policy.max_step_attempts:
@@ -97,7 +97,7 @@ class TaskRunner:
             if self.lease.lost is not None:
                 raise self.lease.lost from None
             if self.aborting:
-                raise Draining from None
+                raise DrainRequestedError from None
             raise
         finally:
             renewer.cancel()
@@ -136,7 +136,11 @@ class TaskRunner:
         def command(task: Task, now: datetime) -> None:
             if isinstance(outcome, Continue):
                 task.complete_step(
-                    epoch=epoch, now=now, step=index, checkpoint=outcome.checkpoint, lease_until=lease.lease_until(now)
+                    epoch=epoch,
+                    now=now,
+                    step=index,
+                    checkpoint=outcome.checkpoint,
+                    lease_until=lease.lease_until(now),
                 )
                 if index + 1 >= len(self.skill.steps):
                     task.complete(epoch=epoch, now=now, message=None)
@@ -157,14 +161,22 @@ class TaskRunner:
                 for artifact in outcome.artifacts:
                     task.append_artifact(epoch=epoch, now=now, artifact=dict(artifact))
                 task.complete_step(
-                    epoch=epoch, now=now, step=index, checkpoint=task.checkpoint, lease_until=lease.lease_until(now)
+                    epoch=epoch,
+                    now=now,
+                    step=index,
+                    checkpoint=task.checkpoint,
+                    lease_until=lease.lease_until(now),
                 )
                 message = agent_message(task, outcome.message) if outcome.message else None
                 task.complete(epoch=epoch, now=now, message=message)
             elif isinstance(outcome, Fail):
-                task.fail(epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason))
+                task.fail(
+                    epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason)
+                )
             elif isinstance(outcome, Reject):
-                task.reject(epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason))
+                task.reject(
+                    epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason)
+                )
             else:  # pragma: no cover - the union is closed
                 raise TypeError(f"step {index} returned {outcome!r}, not a StepOutcome")
 
@@ -180,4 +192,3 @@ class TaskRunner:
 
     def _finish_without_outcome(self, task: Task, now: datetime) -> None:
         task.complete(epoch=self.lease.epoch, now=now, message=None)
-

@@ -35,10 +35,10 @@ class Wakeup:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def wait(self, timeout: float) -> None:
-        """Wait until a notification arrives or ``timeout`` seconds pass."""
+    async def wait(self, seconds: float) -> None:
+        """Wait until a notification arrives or ``seconds`` pass."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+            await asyncio.wait_for(self.event.wait(), seconds)
         self.event.clear()
 
     async def _listen_forever(self) -> None:
@@ -46,14 +46,16 @@ class Wakeup:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as conn:
-                    await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
+                    await conn.execute(
+                        psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel))
+                    )
                     backoff = 0.1
                     self.event.set()  # anything may have happened while we were not listening
                     async for _ in conn.notifies():
                         self.event.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - any failure: reconnect with backoff
                 log.warning("LISTEN %s failed (%r); retrying in %.1fs", self.channel, error, backoff)
                 self.event.set()
                 await asyncio.sleep(backoff)

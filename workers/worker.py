@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 from uuid import UUID
@@ -38,7 +39,13 @@ class Worker:
     """Claims tasks (``LeaseGranted`` at the version read) and runs each in its own coroutine."""
 
     def __init__(
-        self, *, store: TaskStore, registry: SkillRegistry, clock: Clock, config: WorkerConfig, policy: RunPolicy
+        self,
+        *,
+        store: TaskStore,
+        registry: SkillRegistry,
+        clock: Clock,
+        config: WorkerConfig,
+        policy: RunPolicy,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -95,7 +102,9 @@ class Worker:
             task = await asyncio.to_thread(self.store.get, task_id)
             now = self.clock()
             if not self.registry.has(task.skill, task.skill_version):
-                log.error("task %s needs %s v%d, not in this release", task_id, task.skill, task.skill_version)
+                log.error(
+                    "task %s needs %s v%d, not in this release", task_id, task.skill, task.skill_version
+                )
                 return None
             epoch = task.grant_lease(
                 worker=self.config.worker_id, now=now, until=lease_end(now, self.config.lease_seconds)
@@ -106,7 +115,10 @@ class Worker:
         return LeasedTask(
             store=self.store,
             committer=self.committer,
-            task=task, epoch=epoch, clock=self.clock, lease_seconds=self.config.lease_seconds
+            task=task,
+            epoch=epoch,
+            clock=self.clock,
+            lease_seconds=self.config.lease_seconds,
         )
 
     def _start(self, lease: LeasedTask) -> None:
@@ -118,7 +130,7 @@ class Worker:
         runner = TaskRunner(lease, skill, self.policy, self.draining)
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())
-        future.add_done_callback(lambda f, task_id=lease.task_id: self._finished(task_id, f))
+        future.add_done_callback(functools.partial(self._finished, lease.task_id))
 
     def _finished(self, task_id: UUID, future: asyncio.Future[None]) -> None:
         self.runners.pop(task_id, None)
@@ -157,7 +169,7 @@ class Worker:
             ids = list(self.runners)
             try:
                 owners = await asyncio.to_thread(self.store.run_queue.owners, ids)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - a missed watch round is retried
                 log.warning("watch query failed: %r", error)
                 continue
             for task_id in ids:
@@ -167,12 +179,17 @@ class Worker:
                     continue
                 if state != "TASK_STATE_WORKING" or owner != self.config.worker_id:
                     if runner.lease.lost is None:
-                        runner.lease.lost = LeaseLostError(task_id, runner.lease.epoch, f"the task is now {state}")
+                        runner.lease.lost = LeaseLostError(
+                            task_id, runner.lease.epoch, f"the task is now {state}"
+                        )
                     runner.stop_step()
 
     async def _drain(self) -> None:
-        """Stop claiming; let running steps reach a commit within the grace period, then cancel
-        them; release every lease still held so another worker resumes at once."""
+        """Stop claiming and hand every running task back.
+
+        Running steps get the grace period to reach their commit; then they are cancelled.
+        Every lease still held is released, so another worker resumes at once.
+        """
         self.draining.set()
         if not self.runners:
             return

@@ -18,15 +18,15 @@ AGENT_CARD_WITHIN_S = 20
 def _start_up(folder: Path, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
     env["LONGHAUL_PORT"] = str(port)
-    log = (folder / "up.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "longhaul.cli", "up"],
-        cwd=folder,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with (folder / "up.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "longhaul.cli", "up"],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _interrupt(process: subprocess.Popen[bytes]) -> int:

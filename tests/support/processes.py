@@ -30,11 +30,9 @@ def settings_env(settings: Settings, **overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
     values = settings.model_dump(mode="json")
     for name, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, list):
-            value = json.dumps(value)
-        env[f"LONGHAUL_{name.upper()}"] = str(value)
+        if value is not None:
+            text = json.dumps(value) if isinstance(value, list) else str(value)
+            env[f"LONGHAUL_{name.upper()}"] = text
     env.update({f"LONGHAUL_{k.upper()}": v for k, v in overrides.items()})
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -46,14 +44,14 @@ class LonghaulProcess:
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.args = args
         self.log_path = log_path
-        self._log = log_path.open("ab")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "longhaul.cli", *args],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "longhaul.cli", *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -78,14 +76,12 @@ class LonghaulProcess:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             code = self.popen.wait(10)
-        self._log.close()
         return code
 
     def kill(self) -> None:
         """SIGKILL and reap."""
         self.signal(signal.SIGKILL)
         self.popen.wait(10)
-        self._log.close()
 
     def alive(self) -> bool:
         """Whether the process still runs."""
