@@ -78,7 +78,7 @@ def impurities(source: str, filename: str = "<source>") -> list[str]:
             if _matches(qualified, FORBIDDEN_NAMES) or (
                 head in aliases and _matches(qualified, FORBIDDEN_MODULES)
             ):
-                found.append(f"{filename}:{node.lineno}: uses {qualified}")
+                found.append(f"{filename}:{getattr(node, 'lineno', 0)}: uses {qualified}")
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)

@@ -27,7 +27,7 @@ from tests.domain.support import LATER, ask, grant, state_of, text_message
 
 FAST = settings(max_examples=60, deadline=None)
 
-_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**6), 10**6) | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
@@ -57,9 +57,10 @@ def stored_copy(task: Task, events: list[Any]) -> tuple[Task, Task]:
         env={"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"}
     )
     app.save(*events)
-    from_events = app.repository.get(task.id)
+    from_events: Task = app.repository.get(task.id)
     app.take_snapshot(task.id)
-    return from_events, app.repository.get(task.id)
+    from_snapshot: Task = app.repository.get(task.id)
+    return from_events, from_snapshot
 
 
 def comparable(task: Task) -> dict[str, Any]:
@@ -175,9 +176,11 @@ def test_well_typed_chunks_merge_as_a_concatenation(chunks: list[tuple[str, list
 
     for artifact_id, chunk_parts, append in chunks:
         body = {"artifactId": artifact_id, "parts": chunk_parts}
-        result = outcome(
-            task, lambda b=body, a=append: task.append_artifact(epoch=1, now=LATER, artifact=b, append=a)
-        )
+
+        def command(body: dict[str, Any] = body, append: bool = append) -> None:
+            task.append_artifact(epoch=1, now=LATER, artifact=body, append=append)
+
+        result = outcome(task, command)
         if not artifact_id or not chunk_parts:
             assert isinstance(result, InvalidCommandError)
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,7 @@ def test_grant_on_a_submitted_task_starts_work_at_epoch_one() -> None:
     task = given()
 
     epoch = task.grant_lease(worker="w1", now=LATER, until=LATER + LEASE)
-    events = list(task.collect_events())
+    events: list[Any] = list(task.collect_events())
 
     assert epoch == 1
     assert types(events) == ["LeaseGranted"]

@@ -12,7 +12,6 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.application import Application
-from eventsourcing.domain import DomainEventProtocol
 from hypothesis import HealthCheck, settings
 from hypothesis import event as record_statistic  # shown by ``pytest --hypothesis-show-statistics``
 from hypothesis import strategies as st
@@ -25,7 +24,7 @@ from tests.domain.support import FIRST_MESSAGE, T0, state_of, text_message
 
 # Text without lone surrogates (not encodable as UTF-8) and too short to collide with the
 # eventsourcing JSON transcoder's "_type_"/"_data_" markers.
-_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=5)
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=5)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**9), 10**9) | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
@@ -84,7 +83,7 @@ class TaskLifecycle(RuleBasedStateMachine):
             message=FIRST_MESSAGE,
             params={},
         )
-        self.events: list[DomainEventProtocol[UUID]] = list(self.task.collect_events())
+        self.events: list[Any] = list(self.task.collect_events())
         self.app.save(*self.events)
         self.terminal_state: TaskState | None = None
         self.committed_steps: list[int] = []
@@ -322,9 +321,9 @@ class TaskLifecycle(RuleBasedStateMachine):
     @invariant()
     def the_stored_log_rebuilds_the_same_task(self) -> None:
         """Through the JSON transcoder of an in-memory (POPO) store, from the latest snapshot."""
-        stored = self.app.repository.get(self.task.id)
+        stored: Task = self.app.repository.get(self.task.id)
         assert comparable(stored) == comparable(self.task)
-        from_events_only = self.app.repository.get(self.task.id, version=self.task.version)
+        from_events_only: Task = self.app.repository.get(self.task.id, version=self.task.version)
         assert comparable(from_events_only) == comparable(self.task)
 
     @invariant()
