@@ -9,11 +9,16 @@ relay's messages can be passed to ``create_app`` instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Protocol
 from uuid import UUID
 
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
 from projections.eventstore import TaskStore
+from projections.subjects import NatsNames
 
 
 class TaskWaiter(Protocol):
@@ -43,12 +48,51 @@ class PollingWaiter:
         """Poll until a version above ``seen_version`` is committed or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         delay = self._first_delay
-        while not await asyncio.to_thread(self._changed, task_id, seen_version):
+        while not await asyncio.to_thread(self.changed, task_id, seen_version):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, self._max_delay)
 
-    def _changed(self, task_id: UUID, seen_version: int) -> bool:
+    def changed(self, task_id: UUID, seen_version: int) -> bool:
+        """Whether the log holds an event of the task above ``seen_version``."""
         return bool(self._store.recorder.select_events(task_id, gt=seen_version, limit=1))
+
+
+class NatsWaiter:
+    """Wakes on the relay's NATS messages for the task (commit, then notify).
+
+    It subscribes to the task's subjects first and then checks the log, so an event committed
+    between the caller's read and the subscription is not missed. While waiting it still looks
+    at the log every ``fallback_poll`` seconds, so a stalled relay delays an answer but never
+    loses it.
+    """
+
+    def __init__(
+        self, client: NatsClient, names: NatsNames, store: TaskStore, *, fallback_poll: float = 1.0
+    ) -> None:
+        self._client = client
+        self._names = names
+        self._polling = PollingWaiter(store)
+        self._fallback_poll = fallback_poll
+
+    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
+        """Return when a message about the task arrives, the log moved on, or ``timeout`` passes."""
+        woken = asyncio.Event()
+
+        async def wake(_: Msg) -> None:
+            woken.set()
+
+        subscription = await self._client.subscribe(self._names.task_subjects(task_id), cb=wake)
+        try:
+            deadline = time.monotonic() + timeout
+            while not await asyncio.to_thread(self._polling.changed, task_id, seen_version):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(remaining, self._fallback_poll))
+                woken.clear()
+        finally:
+            await subscription.unsubscribe()

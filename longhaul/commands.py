@@ -7,15 +7,17 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import nats
 import uvicorn
 
 from api.app import create_app
+from api.waiting import NatsWaiter
 from domain.clock import Clock
 from longhaul import fake_iam as fake_iam_service
 from longhaul import wiring
@@ -67,16 +69,28 @@ async def _serve(app: Any, host: str, port: int, stop: asyncio.Event, started: C
     await serving
 
 
-def _gateway_parts(settings: Settings, store: TaskStore, clock: Clock, port: int) -> Any:
+@contextlib.asynccontextmanager
+async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock) -> AsyncIterator[Any]:
+    """The Litestar app, waking blocking calls from NATS (or polling the log without NATS)."""
     registry = wiring.build_registry(settings)
-    return create_app(
-        store=store,
-        registry=registry,
-        clock=clock,
-        default_skill=settings.default_skill,
-        max_pause=settings.max_pause,
-        public_url=wiring.public_url(settings, port),
-    )
+    client = None
+    waiter = None
+    if settings.nats_url is not None:
+        client = await nats.connect(settings.nats_url, max_reconnect_attempts=-1)
+        waiter = NatsWaiter(client, wiring.nats_names(settings), store)
+    try:
+        yield create_app(
+            store=store,
+            registry=registry,
+            clock=clock,
+            default_skill=settings.default_skill,
+            max_pause=settings.max_pause,
+            public_url=wiring.public_url(settings),
+            waiter=waiter,
+        )
+    finally:
+        if client is not None:
+            await client.close()
 
 
 def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskStore:
@@ -107,11 +121,9 @@ async def gateway(settings: Settings) -> None:
     stop = _stop_event()
     store = _open_store(settings, pool_size=10)
     clock = wiring.system_clock(settings)
-    app = _gateway_parts(settings, store, clock, settings.port)
     try:
-        await _serve(
-            app, settings.host, settings.port, stop, lambda p: log.info("gateway listening on port %d", p)
-        )
+        async with _gateway_app(settings, store, clock) as app:
+            await _serve(app, settings.host, settings.port, stop, lambda p: log.info("gateway on port %d", p))
     finally:
         store.close()
 
@@ -213,7 +225,8 @@ async def up(settings: Settings) -> None:
             settings = settings.model_copy(update={"iam_url": f"http://127.0.0.1:{iam_port[0]}"})
         store = _open_store(settings, pool_size=max(10, settings.worker_concurrency))
         clock = wiring.system_clock(settings)
-        app = _gateway_parts(settings, store, clock, settings.port)
+        gateway_app = _gateway_app(settings, store, clock)
+        app = await gateway_app.__aenter__()
 
         def announce(port: int) -> None:
             url = wiring.public_url(settings, port)
@@ -231,6 +244,7 @@ async def up(settings: Settings) -> None:
         try:
             await _run_all(parts, stop)
         finally:
+            await gateway_app.__aexit__(None, None, None)
             store.close()
             (settings.data_dir / SERVICES_FILE).unlink(missing_ok=True)
             log.info("longhaul stopped; data kept in %s", settings.data_dir)

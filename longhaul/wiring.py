@@ -12,7 +12,7 @@ from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
 from projections.eventstore import StoreConfig, TaskStore
-from workers.relay import NatsNames
+from projections.subjects import NatsNames
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -25,35 +24,13 @@ from psycopg import sql
 
 from projections.event_json import dumps, event_message
 from projections.eventstore import TaskStore
+from projections.subjects import NatsNames
 from workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
 BATCH = 500
 DUPLICATE_WINDOW_S = 600.0
-
-
-@dataclass(frozen=True)
-class NatsNames:
-    """Where a deployment's events go: one stream, subjects under one prefix."""
-
-    url: str
-    stream: str
-    subject_prefix: str
-
-    def subject(self, tenant: str, task_id: UUID, event_type: str) -> str:
-        """``<prefix>.tasks.<tenant>.<task id>.<EventType>``."""
-        return f"{self.subject_prefix}.tasks.{subject_token(tenant)}.{task_id}.{event_type}"
-
-    def task_subjects(self, task_id: UUID) -> str:
-        """A wildcard subject matching every event of one task."""
-        return f"{self.subject_prefix}.tasks.*.{task_id}.*"
-
-
-def subject_token(value: str) -> str:
-    """``value`` made safe as one NATS subject token."""
-    cleaned = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
-    return cleaned or "_"
 
 
 async def ensure_stream(js: Any, names: NatsNames) -> None:
@@ -64,7 +41,7 @@ async def ensure_stream(js: Any, names: NatsNames) -> None:
         await js.add_stream(
             StreamConfig(
                 name=names.stream,
-                subjects=[f"{names.subject_prefix}.tasks.>"],
+                subjects=[names.all_subjects],
                 storage=StorageType.FILE,
                 duplicate_window=DUPLICATE_WINDOW_S,
             )

@@ -1,0 +1,38 @@
+"""NATS names of one deployment: the JetStream stream and the subjects task events go to.
+
+Shared by the relay (which publishes) and the gateway (which listens to wake blocking calls).
+The subject layout is part of the public schema in ``docs/events.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+
+def subject_token(value: str) -> str:
+    """``value`` made safe as one NATS subject token."""
+    cleaned = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
+    return cleaned or "_"
+
+
+@dataclass(frozen=True)
+class NatsNames:
+    """Where a deployment's events go: one stream, subjects under one prefix."""
+
+    url: str
+    stream: str
+    subject_prefix: str
+
+    @property
+    def all_subjects(self) -> str:
+        """The stream's subject filter."""
+        return f"{self.subject_prefix}.tasks.>"
+
+    def subject(self, tenant: str, task_id: UUID, event_type: str) -> str:
+        """``<prefix>.tasks.<tenant>.<task id>.<EventType>``."""
+        return f"{self.subject_prefix}.tasks.{subject_token(tenant)}.{task_id}.{event_type}"
+
+    def task_subjects(self, task_id: UUID) -> str:
+        """A wildcard subject matching every event of one task."""
+        return f"{self.subject_prefix}.tasks.*.{task_id}.*"

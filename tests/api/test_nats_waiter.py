@@ -1,0 +1,69 @@
+"""The NATS waiter wakes a blocking call on the relay's message, not on its fallback poll."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import nats
+
+from api.waiting import NatsWaiter
+from domain.task import Task
+from projections.eventstore import TaskStore
+from projections.subjects import NatsNames
+
+FALLBACK_POLL_S = 30.0
+
+
+def _submitted(store: TaskStore) -> Task:
+    now = datetime.now(UTC)
+    task = Task.submit(
+        task_id=uuid4(),
+        now=now,
+        tenant="acme",
+        context_id="c",
+        skill="echo",
+        skill_version=1,
+        message={"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+        params={},
+    )
+    store.save_tasks(task)
+    return task
+
+
+async def test_wakes_on_the_task_subject(store: TaskStore, nats_url: str, nats_names: tuple[str, str]) -> None:
+    names = NatsNames(url=nats_url, stream=nats_names[0], subject_prefix=nats_names[1])
+    client = await nats.connect(nats_url)
+    try:
+        task = _submitted(store)
+        waiter = NatsWaiter(client, names, store, fallback_poll=FALLBACK_POLL_S)
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(waiter.wait_for_change(task.id, task.version, timeout=60))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # nothing changed yet: it waits
+
+        # A worker commits, then the relay publishes: the waiter wakes at once.
+        now = datetime.now(UTC)
+        task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+        await asyncio.to_thread(store.save_tasks, task)
+        await client.publish(names.subject("acme", task.id, "LeaseGranted"), b"{}")
+        await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - started < FALLBACK_POLL_S / 2
+    finally:
+        await client.close()
+
+
+async def test_returns_at_once_when_the_log_already_moved(
+    store: TaskStore, nats_url: str, nats_names: tuple[str, str]
+) -> None:
+    names = NatsNames(url=nats_url, stream=nats_names[0], subject_prefix=nats_names[1])
+    client = await nats.connect(nats_url)
+    try:
+        task = _submitted(store)
+        waiter = NatsWaiter(client, names, store, fallback_poll=FALLBACK_POLL_S)
+        # The caller saw version 0: the log already holds version 1, no message is needed.
+        await asyncio.wait_for(waiter.wait_for_change(task.id, 0, timeout=60), 10)
+    finally:
+        await client.close()
