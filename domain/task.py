@@ -10,6 +10,7 @@ event body is readable by auditors and analytics consumers without this code.
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -374,8 +375,8 @@ class Task(Aggregate):
             context_id=context_id,
             skill=skill,
             skill_version=skill_version,
-            message=message,
-            params=params,
+            message=copy.deepcopy(message),
+            params=copy.deepcopy(params),
         )
 
     # ------------------------------------------------------------------ queries
@@ -400,19 +401,17 @@ class Task(Aggregate):
         self._check_not_terminal(TaskState.WORKING)
         if self.state not in RUNNABLE:
             raise NotRunnableError(f"task {self.id} is {self.state}, not runnable")
+        _check_after(until, now, "a lease end")
         if self.lease_valid_at(now):
             raise LeaseHeldError(f"task {self.id} is leased to {self.lease_owner} until {self.lease_until}")
-        if until <= now:
-            raise InvalidCommandError("a lease must end after it starts")
         epoch = self.lease_epoch + 1
         self._trigger(self.LeaseGranted, now, worker=worker, epoch=epoch, until=until)
         return epoch
 
     def extend_lease(self, *, epoch: int, now: datetime, until: datetime) -> None:
         """Renew the caller's lease during a long step."""
+        _check_after(until, now, "a lease end")
         self.check_lease(epoch, now)
-        if until <= now:
-            raise InvalidCommandError("a lease must end after it starts")
         self._trigger(self.LeaseExtended, now, epoch=epoch, until=until)
 
     def release_lease(self, *, epoch: int, now: datetime, reason: str) -> None:
@@ -424,6 +423,7 @@ class Task(Aggregate):
         self, *, epoch: int, now: datetime, step: int, checkpoint: JSON, lease_until: datetime
     ) -> None:
         """Commit step ``step`` (which must be the next one) with its new checkpoint."""
+        _check_after(lease_until, now, "a lease end")
         self.check_lease(epoch, now)
         self._check_step(step)
         self._trigger(
@@ -434,6 +434,7 @@ class Task(Aggregate):
         self, *, epoch: int, now: datetime, step: int, checkpoint: JSON, lease_until: datetime
     ) -> None:
         """Commit a sub-step of the running step: the checkpoint moves, the step index does not."""
+        _check_after(lease_until, now, "a lease end")
         self.check_lease(epoch, now)
         self._check_step(step)
         self._trigger(
@@ -462,11 +463,10 @@ class Task(Aggregate):
         Releases the lease; the answer makes the task runnable again at ``step + 1``.
         """
         target = TaskState.AUTH_REQUIRED if auth else TaskState.INPUT_REQUIRED
-        self._check_transition(target)
         self.check_lease(epoch, now)
+        self._check_transition(target)
         self._check_step(step)
-        if deadline <= now:
-            raise InvalidCommandError("a pause deadline must lie in the future")
+        _check_after(deadline, now, "a pause deadline")
         if on_deadline not in ON_DEADLINE_CHOICES:
             raise InvalidCommandError(f"on_deadline must be one of {ON_DEADLINE_CHOICES}")
         event_class = self.AuthRequested if auth else self.InputRequested
@@ -486,8 +486,11 @@ class Task(Aggregate):
     ) -> None:
         """Add an artifact, or append one more chunk (``append``) to an existing one."""
         self.check_lease(epoch, now)
-        if not artifact.get("artifactId") or not artifact.get("parts"):
-            raise InvalidCommandError("an artifact needs an artifactId and at least one part")
+        artifact_id, parts = artifact.get("artifactId"), artifact.get("parts")
+        if not isinstance(artifact_id, str) or not artifact_id:
+            raise InvalidCommandError("an artifact needs a non-empty string artifactId")
+        if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+            raise InvalidCommandError("an artifact needs a non-empty list of parts (objects)")
         self._trigger(
             self.ArtifactChunkAppended,
             now,
@@ -506,20 +509,20 @@ class Task(Aggregate):
 
     def complete(self, *, epoch: int, now: datetime, message: JSON | None) -> None:
         """Finish the task successfully."""
-        self._check_transition(TaskState.COMPLETED)
         self.check_lease(epoch, now)
+        self._check_transition(TaskState.COMPLETED)
         self._trigger(self.Completed, now, epoch=epoch, message=message)
 
     def fail(self, *, epoch: int, now: datetime, reason: str, message: JSON | None) -> None:
         """A step failed the task."""
-        self._check_transition(TaskState.FAILED)
         self.check_lease(epoch, now)
+        self._check_transition(TaskState.FAILED)
         self._trigger(self.Failed, now, reason=reason, message=message)
 
     def reject(self, *, epoch: int, now: datetime, reason: str, message: JSON | None) -> None:
         """The skill refused the task."""
-        self._check_transition(TaskState.REJECTED)
         self.check_lease(epoch, now)
+        self._check_transition(TaskState.REJECTED)
         self._trigger(self.Rejected, now, epoch=epoch, reason=reason, message=message)
 
     # ------------------------------------------------------------------ client and sweeper commands
@@ -555,12 +558,14 @@ class Task(Aggregate):
     def set_push_config(self, *, now: datetime, config: JSON) -> None:
         """Register or replace a push notification config (``config['id']`` is its key)."""
         self._check_not_terminal(self.state)
-        if not config.get("id") or not config.get("url"):
-            raise InvalidCommandError("a push config needs an id and a url")
+        config_id, url = config.get("id"), config.get("url")
+        if not isinstance(config_id, str) or not config_id or not isinstance(url, str) or not url:
+            raise InvalidCommandError("a push config needs a non-empty string id and url")
         self._trigger(self.PushConfigSet, now, config=config)
 
     def remove_push_config(self, *, now: datetime, config_id: str) -> None:
         """Delete a push notification config; deleting an absent one records nothing."""
+        self._check_not_terminal(self.state)
         if config_id in self.push_configs:
             self._trigger(self.PushConfigRemoved, now, config_id=config_id)
 
@@ -608,7 +613,9 @@ class Task(Aggregate):
     # ------------------------------------------------------------------ mutation helpers
 
     def _trigger(self, event_class: type[Task.Event], now: datetime, **kwargs: Any) -> None:
-        self.trigger_event(event_class, timestamp=now, **kwargs)
+        # Events own their JSON: a caller that changes its dicts later cannot change the log.
+        owned = {k: copy.deepcopy(v) if isinstance(v, dict | list) else v for k, v in kwargs.items()}
+        self.trigger_event(event_class, timestamp=now, **owned)
 
     def _set_state(self, state: TaskState, message: JSON | None, at: datetime) -> None:
         self.state = state
@@ -631,6 +638,15 @@ class Task(Aggregate):
 def _as_task(aggregate: Aggregate) -> Task:
     assert isinstance(aggregate, Task)
     return aggregate
+
+
+def _check_after(moment: datetime, now: datetime, what: str) -> None:
+    """Refuse a naive time, or one that is not after ``now``."""
+    for value, name in ((moment, what), (now, "now")):
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise InvalidCommandError(f"{name} must be a timezone-aware datetime")
+    if moment <= now:
+        raise InvalidCommandError(f"{what} must lie after {now.isoformat()}")
 
 
 def lease_end(now: datetime, seconds: float) -> datetime:

@@ -33,7 +33,9 @@ def _submitted(store: TaskStore) -> Task:
     return task
 
 
-async def test_wakes_on_the_task_subject(store: TaskStore, nats_url: str, nats_names: tuple[str, str]) -> None:
+async def test_wakes_on_the_task_subject(
+    store: TaskStore, nats_url: str, nats_names: tuple[str, str]
+) -> None:
     names = NatsNames(url=nats_url, stream=nats_names[0], subject_prefix=nats_names[1])
     client = await nats.connect(nats_url)
     try:

@@ -134,12 +134,7 @@ def test_a_pause_expires_exactly_from_its_deadline(swept_after: timedelta, on_de
 
 _NAIVE = datetime(2026, 1, 6, 9, 0)  # naive on purpose
 
-_NAIVE_BUG = pytest.mark.xfail(
-    strict=True, reason="bug: naive datetimes are not refused (TypeError from a comparison instead)"
-)
 
-
-@_NAIVE_BUG
 @pytest.mark.parametrize(
     "command",
     [
@@ -207,14 +202,6 @@ junk_artifacts = st.one_of(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: append_artifact validates artifactId/parts by truthiness only: non-string ids and non-list "
-        "parts are recorded (an int id even rebuilds differently from a snapshot), unhashable ids raise "
-        "TypeError"
-    ),
-)
 @FAST
 @given(body=junk_artifacts, append=st.booleans())
 @example(body={"artifactId": "a", "parts": "abc"}, append=False)
@@ -266,10 +253,6 @@ def test_push_configs_need_a_string_id_and_url(config: dict[str, Any]) -> None:
         assert task.push_configs == {config["id"]: config}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: set_push_config checks id/url by truthiness only (int id/url recorded, list id TypeError)",
-)
 @FAST
 @given(config=st.fixed_dictionaries({"id": json_values, "url": json_values}))
 @example(config={"id": 5, "url": "https://hooks.example"})

@@ -219,10 +219,6 @@ def test_complete_step_out_of_order_or_twice_is_refused(index: int) -> None:
     refused(task, step(index), StepOrderError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: complete_step/save_checkpoint do not validate lease_until (extend_lease does)",
-)
 @pytest.mark.parametrize(
     "lease_until",
     [LATER, LATER - timedelta(hours=1), datetime(2026, 1, 5, 10, 0)],  # the last one is naive

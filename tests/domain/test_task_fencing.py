@@ -85,31 +85,11 @@ SUPERSEDED: dict[str, tuple[tuple[Command, ...], datetime]] = {
 }
 
 _FINISHING = {"complete", "reject", "request_input", "fail"}
-_FENCE_ORDER_BUG = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: complete/fail/reject/request_input check the state transition before the lease, so a "
-        "superseded holder gets IllegalTransitionError/TaskTerminalError instead of LeaseLostError"
-    ),
-)
-
-
-def _wrong_error(scenario: str, command: str) -> bool:
-    """The combinations where the domain raises a transition error first (see _FENCE_ORDER_BUG)."""
-    if scenario in ("canceled", "completed"):
-        return command in _FINISHING
-    if scenario in ("paused", "auth-paused"):
-        return command in _FINISHING - {"fail"}
-    return False
 
 
 @pytest.mark.parametrize(
     ("scenario", "command"),
-    [
-        pytest.param(s, c, id=f"{s}-{c}", marks=[_FENCE_ORDER_BUG] if _wrong_error(s, c) else [])
-        for s in SUPERSEDED
-        for c in WORKER_COMMANDS
-    ],
+    [pytest.param(s, c, id=f"{s}-{c}") for s in SUPERSEDED for c in WORKER_COMMANDS],
 )
 def test_a_superseded_holder_can_never_commit(scenario: str, command: str) -> None:
     history, now = SUPERSEDED[scenario]
@@ -120,7 +100,7 @@ def test_a_superseded_holder_can_never_commit(scenario: str, command: str) -> No
 
 @pytest.mark.parametrize("scenario", list(SUPERSEDED))
 def test_a_superseded_holder_can_never_commit_whatever_the_error(scenario: str) -> None:
-    """The weaker guarantee that holds today: every stale command is refused and records nothing."""
+    """Every stale command is refused and records nothing."""
     history, now = SUPERSEDED[scenario]
     for name, command in WORKER_COMMANDS.items():
         task = given(*history)
@@ -198,11 +178,6 @@ EVERY_OTHER_COMMAND: dict[str, Command] = {
     "remove_push_config(p-0)": remove_push("p-0"),
 }
 
-_REMOVE_PUSH_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="bug: remove_push_config records PushConfigRemoved on a terminal task (no terminal check)",
-)
-
 
 @pytest.mark.parametrize(
     ("terminal", "command"),
@@ -211,7 +186,6 @@ _REMOVE_PUSH_BUG = pytest.mark.xfail(
             t,
             c,
             id=f"{t}-{c}",
-            marks=[_REMOVE_PUSH_BUG] if c == "remove_push_config(p-0)" else [],
         )
         for t in TERMINAL
         for c in EVERY_OTHER_COMMAND

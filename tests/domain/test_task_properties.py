@@ -124,11 +124,7 @@ class TaskLifecycle(RuleBasedStateMachine):
         for event in new:
             record_statistic(type(event).__name__)
             if source in TERMINAL:
-                # PushConfigRemoved after terminal is a known domain bug, pinned by a strict xfail in
-                # test_task_fencing.py (_REMOVE_PUSH_BUG); remove it from this tuple once fixed.
-                assert isinstance(event, Task.Expired | Task.PushConfigRemoved), (
-                    f"{type(event).__name__} recorded on a {source} task"
-                )
+                assert isinstance(event, Task.Expired), f"{type(event).__name__} recorded on a {source} task"
             if isinstance(event, _FENCED_EVENTS):
                 assert epoch is not None
                 assert before["state"] == TaskState.WORKING
