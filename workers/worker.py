@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -85,16 +86,15 @@ class Worker:
         if free <= 0:
             return 0
         now = self.clock()
-        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 2)
-        claimed = 0
-        for task_id in candidates:
-            if claimed >= free or task_id in self.runners:
-                continue
-            lease = await self._claim(task_id)
+        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 4)
+        candidates = [c for c in candidates if c not in self.runners]
+        # Workers read the same queue head: pick at random among it so they rarely collide.
+        chosen = random.sample(candidates, min(free, len(candidates)))
+        leases = await asyncio.gather(*(self._claim(task_id) for task_id in chosen))
+        for lease in leases:
             if lease is not None:
                 self._start(lease)
-                claimed += 1
-        return claimed
+        return sum(lease is not None for lease in leases)
 
     async def _claim(self, task_id: UUID) -> LeasedTask | None:
         """Append ``LeaseGranted`` at the version read; ``None`` if anyone else got there first."""
