@@ -179,9 +179,12 @@ class Worker:
                     continue
                 if state != "TASK_STATE_WORKING" or owner != self.config.worker_id:
                     if runner.lease.lost is None:
-                        runner.lease.lost = LeaseLostError(
-                            task_id, runner.lease.epoch, f"the task is now {state}"
+                        reason = (
+                            f"the task is now {state}"
+                            if state != "TASK_STATE_WORKING"
+                            else f"the lease is now held by {owner or 'nobody'}"
                         )
+                        runner.lease.lost = LeaseLostError(task_id, runner.lease.epoch, reason)
                     runner.stop_step()
 
     async def _drain(self) -> None:
