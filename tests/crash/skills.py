@@ -1,0 +1,54 @@
+"""Test skills for the crash, race and pause tests (``LONGHAUL_SKILL_MODULES='["tests.crash.skills"]'``).
+
+- ``crash-noop``: three steps that only continue (the race test).
+- ``crash-ticker``: one long step that commits a sub-step every ``tick_ms`` until ``ticks`` ticks
+  (``{"ticks": n}`` in the checkpoint), then a step that completes. A resumed step goes on from the
+  stored tick, so the log shows exactly which worker (epoch) committed which tick.
+- ``crash-sleeper``: commits ``{"started": true}``, then sleeps ``sleep_s``; if its coroutine is
+  cancelled it writes ``cancelled`` to the file ``marker`` (a parameter) before re-raising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from domain.skill import Complete, Continue, Skill, StepContext, StepOutcome
+
+
+async def _noop(ctx: StepContext) -> StepOutcome:
+    done = int(ctx.checkpoint.get("done", 0))
+    return Continue({"done": done + 1})
+
+
+async def _tick(ctx: StepContext) -> StepOutcome:
+    total = int(ctx.params.get("ticks", 20))
+    delay = float(ctx.params.get("tick_ms", 200)) / 1000
+    ticks = int(ctx.checkpoint.get("ticks", 0))
+    while ticks < total:
+        await asyncio.sleep(delay)
+        ticks += 1
+        if ticks < total:  # the last tick's commit is the step's own
+            await ctx.commit({"ticks": ticks})
+    return Continue({"ticks": ticks})
+
+
+async def _done(ctx: StepContext) -> StepOutcome:
+    return Complete(message=f"done after {ctx.checkpoint.get('ticks', 0)} ticks")
+
+
+async def _sleep(ctx: StepContext) -> StepOutcome:
+    await ctx.commit({"started": True})
+    try:
+        await asyncio.sleep(float(ctx.params.get("sleep_s", 600)))
+    except asyncio.CancelledError:
+        Path(str(ctx.params["marker"])).write_text("cancelled")  # noqa: ASYNC240 - tiny, and must not await
+        raise
+    return Continue({"started": True, "slept": True})
+
+
+SKILLS = [
+    Skill(name="crash-noop", version=1, steps=[_noop, _noop, _noop], description="three no-op steps"),
+    Skill(name="crash-ticker", version=1, steps=[_tick, _done], description="a long step of sub-commits"),
+    Skill(name="crash-sleeper", version=1, steps=[_sleep, _done], description="a step that sleeps long"),
+]
