@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,9 +47,16 @@ def run_async_blocking(coro_fn: Callable[[], Coroutine[object, object, T]]) -> T
 
 
 @pytest.fixture(scope="session")
-def embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's data folder for the embedded servers (used only when they are needed)."""
-    return tmp_path_factory.mktemp("embedded")
+def embedded_dir() -> Iterator[Path]:
+    """The session's data folder for the embedded servers (used only when they are needed).
+
+    It lies outside pytest's own temporary root on purpose: as root, PostgreSQL runs as an
+    unprivileged user that must be able to enter every parent folder, and each new pytest run
+    resets ``/tmp/pytest-of-<user>`` to mode 0700.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="longhaul-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.processes import free_port, rpc, wait_for_http
 
@@ -34,7 +39,16 @@ def _interrupt(process: subprocess.Popen[bytes]) -> int:
     return process.wait(60)
 
 
-def test_up_serves_runs_and_keeps_tasks_across_restart(tmp_path: Path) -> None:
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    """A fresh working folder outside pytest's 0700 temporary root (see ``embedded_dir``)."""
+    path = Path(tempfile.mkdtemp(prefix="longhaul-up-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
+    tmp_path = folder
     port = free_port()
     base = f"http://127.0.0.1:{port}"
 
