@@ -35,11 +35,12 @@ def worker_env(database_url: str, schema: str, *, concurrency: int, lease_second
 class WorkerProcess:
     """One worker process with its log in a file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, *, instrumented: bool = False) -> None:
         self.log_path = log_path
+        module = ["bench.instrumented_worker"] if instrumented else ["longhaul.cli", "worker"]
         with log_path.open("ab") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "longhaul.cli", "worker"],
+                [sys.executable, "-m", *module],
                 env=env,
                 cwd=REPO_ROOT,
                 stdout=log,

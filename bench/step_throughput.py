@@ -195,26 +195,26 @@ def submit_tasks(store: TaskStore, count: int, skill: str, batch: int) -> list[u
     return ids
 
 
-def completed_count(database_url: str, schema: str) -> int:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.longhaul_run_queue WHERE state = 'TASK_STATE_COMPLETED'").format(
-                sql.Identifier(schema)
-            )
-        ).fetchone()
+def completed_count(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {}.longhaul_run_queue WHERE state = 'TASK_STATE_COMPLETED'").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
-def xact_commits(database_url: str) -> int:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()
-    return int(row[0]) if row else 0
+def xact_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """Database-wide ``(commits, rollbacks)`` so far (statistics lag by up to ~0.5 s)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def event_times(store: TaskStore) -> dict[str, list[float]]:
-    """Timestamps (epoch seconds) of every worker-side event, by event class name."""
+def worker_events(store: TaskStore) -> list[tuple[str, uuid.UUID, float]]:
+    """``(event class, task id, timestamp)`` of every worker-side event, in log order."""
     topics = [
         get_topic(cls)
         for cls in (
@@ -225,7 +225,7 @@ def event_times(store: TaskStore) -> dict[str, list[float]]:
             Task.LeaseExtended,
         )
     ]
-    times: dict[str, list[float]] = {}
+    events = []
     start = 1
     while True:
         notifications = store.recorder.select_notifications(start, 2000, topics=topics)
@@ -233,9 +233,36 @@ def event_times(store: TaskStore) -> dict[str, list[float]]:
             break
         for notification in notifications:
             event = store.mapper.to_domain_event(notification)
-            times.setdefault(type(event).__name__, []).append(event.timestamp.timestamp())
+            events.append((type(event).__name__, event.originator_id, event.timestamp.timestamp()))
         start = notifications[-1].id + 1
-    return {name: sorted(values) for name, values in times.items()}
+    return events
+
+
+def where_time_goes(events: list[tuple[str, uuid.UUID, float]]) -> dict[str, float]:
+    """How busy the runners were: tasks in flight, run time per task, time between a task's steps."""
+    granted: dict[uuid.UUID, float] = {}
+    last_commit: dict[uuid.UUID, float] = {}
+    runs, gaps, claim_to_first = [], [], []
+    for name, task_id, ts in events:
+        if name == "LeaseGranted":
+            granted[task_id] = ts
+            last_commit[task_id] = ts
+        elif name == "StepCompleted":
+            gap = ts - last_commit.get(task_id, ts)
+            (claim_to_first if last_commit.get(task_id) == granted.get(task_id) else gaps).append(gap)
+            last_commit[task_id] = ts
+        elif name == "Completed" and task_id in granted:
+            runs.append(ts - granted[task_id])
+    stamps = [ts for _, _, ts in events]
+    span = max(stamps) - min(stamps) if stamps else float("nan")
+    return {
+        "mean_tasks_in_flight": sum(runs) / span if span else float("nan"),
+        "task_run_ms_median": percentile(runs, 0.5) * 1000,
+        "claim_to_first_step_ms_median": percentile(claim_to_first, 0.5) * 1000,
+        "step_to_step_ms_median": percentile(gaps, 0.5) * 1000,
+        "step_to_step_ms_p90": percentile(gaps, 0.9) * 1000,
+        "claims_per_s": sum(1 for n, _, _ in events if n == "LeaseGranted") / span if span else float("nan"),
+    }
 
 
 def rate(times: list[float], low: float = 0.0, high: float = 1.0) -> float:
@@ -251,14 +278,19 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
     store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
     skill = noop_skill_name(args.steps)
     env = worker_env(args.database_url, schema, concurrency=args.concurrency, lease_seconds=30)
-    workers = [WorkerProcess(env, workdir / f"worker{i}.log") for i in range(args.workers)]
+    workers = []
+    for i in range(args.workers):
+        if args.instrument:
+            env = {**env, "BENCH_STATS_FILE": str(workdir / f"worker{i}.stats.json")}
+        workers.append(WorkerProcess(env, workdir / f"worker{i}.log", instrumented=args.instrument))
     spy: subprocess.Popen[bytes] | None = None
+    monitor = psycopg.connect(args.database_url, autocommit=True)  # opened before the workers take theirs
     try:
         for worker in workers:
             worker.wait_started()
         procs = [psutil.Process(w.pid) for w in workers]
         cpu0 = [p.cpu_times() for p in procs]
-        xact0 = xact_commits(args.database_url)
+        xact0, rollback0 = xact_counts(monitor)
         if args.py_spy:
             spy = start_py_spy(args.py_spy, workers[0].pid)
         t_submit = time.time()
@@ -268,23 +300,28 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         done = 0
         while done < args.tasks and time.monotonic() < deadline:
             time.sleep(0.2)
-            done = completed_count(args.database_url, schema)
+            done = completed_count(monitor, schema)
         t_done = time.time()
         cpu1 = [p.cpu_times() for p in procs]
-        xact1 = xact_commits(args.database_url)
+        xact1, rollback1 = xact_counts(monitor)
         if done < args.tasks:
             raise RuntimeError(f"only {done}/{args.tasks} tasks completed in {args.timeout} s; see {workdir}")
     finally:
         if spy is not None:
             stop_py_spy(spy)
         codes = [w.stop() for w in workers]
-    times = event_times(store)
+        monitor.close()
+    events = worker_events(store)
     store.close()
+    times: dict[str, list[float]] = {}
+    for name, _, ts in events:
+        times.setdefault(name, []).append(ts)
+    times = {name: sorted(values) for name, values in times.items()}
     steps = times.get("StepCompleted", [])
     grants = times.get("LeaseGranted", [])
     wall = t_done - t_submit
     cpu = [(c1.user + c1.system - c0.user - c0.system) / wall for c0, c1 in zip(cpu0, cpu1, strict=True)]
-    worker_events = sum(len(v) for v in times.values())
+    n_worker_events = sum(len(v) for v in times.values())
     first, last = (steps[0], steps[-1]) if steps else (float("nan"), float("nan"))
     return {
         "tasks": args.tasks,
@@ -294,10 +331,10 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         "runners_total": args.workers * args.concurrency,
         "step_completed_events": len(steps),
         "lease_granted_events": len(grants),
-        "worker_events": worker_events,
+        "worker_events": n_worker_events,
         "steps_per_s_first_to_last": rate(steps),
         "steps_per_s_p10_p90": rate(steps, 0.1, 0.9),
-        "worker_events_per_s_first_to_last": worker_events / (last - first) if last > first else float("nan"),
+        "worker_events_per_s_first_to_last": n_worker_events / (last - first) if last > first else 0.0,
         "tasks_per_s_wall": args.tasks / wall,
         "submit_seconds": t_submitted - t_submit,
         "wall_seconds_submit_to_all_done": wall,
@@ -305,6 +342,13 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         "worker_cpu_s_per_s": [round(c, 3) for c in cpu],
         "pg_xact_commits_per_s": (xact1 - xact0) / wall,
         "pg_xact_note": "database-wide transactions (reads, other sessions on the machine included)",
+        "pg_rollbacks_per_s": (rollback1 - rollback0) / wall,
+        "runners": where_time_goes(events),
+        "instrumented": [
+            json.loads(path.read_text())
+            for path in sorted(workdir.glob("worker*.stats.json"))
+            if args.instrument
+        ],
         "worker_exit_codes": codes,
     }
 
@@ -347,18 +391,25 @@ def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 
 def main() -> None:
     parser = base_parser(__doc__ or "")
-    parser.add_argument("--tasks", type=int, default=2_000)
+    parser.add_argument("--tasks", type=int, help="tasks to run (default 2,000; --quick 400)")
     parser.add_argument("--steps", type=int, default=5, help="no-op steps per task (1..20)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=32, help="LONGHAUL_WORKER_CONCURRENCY per worker")
     parser.add_argument("--baseline-clients", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--baseline-seconds", type=float, default=5.0)
+    parser.add_argument("--baseline-seconds", type=float, help="per client count (default 5; --quick 2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up on the longhaul run after this")
     parser.add_argument("--py-spy", metavar="DIR", help="record worker 0 with py-spy (raw stacks) into DIR")
+    parser.add_argument(
+        "--instrument",
+        action="store_true",
+        help="run workers as bench.instrumented_worker (counters and timers; for analysis, not the figure)",
+    )
     parser.add_argument("--keep-logs", metavar="DIR", help="keep the worker logs in DIR")
     args = parser.parse_args()
-    if args.quick:
-        args.tasks, args.baseline_seconds = 400, 2.0
+    if args.tasks is None:
+        args.tasks = 400 if args.quick else 2_000
+    if args.baseline_seconds is None:
+        args.baseline_seconds = 2.0 if args.quick else 5.0
     info = machine_info(args.database_url)
     print(
         f"{args.tasks:,} tasks x {args.steps} no-op steps, {args.workers} workers x concurrency "
@@ -422,7 +473,15 @@ def main() -> None:
     print()
     print(f"worker CPU (s per s of wall time): {longhaul['worker_cpu_s_per_s']}")
     print(
-        f"PostgreSQL transactions/s during the run (whole database): {longhaul['pg_xact_commits_per_s']:,.0f}"
+        f"PostgreSQL commits/s during the run (whole database): {longhaul['pg_xact_commits_per_s']:,.0f}; "
+        f"rollbacks/s (conflicts): {longhaul['pg_rollbacks_per_s']:,.1f}"
+    )
+    r = longhaul["runners"]
+    print(
+        f"runners: {r['mean_tasks_in_flight']:.1f} in flight on average (of {longhaul['runners_total']}); "
+        f"claims {r['claims_per_s']:,.0f}/s; medians per task: claim->first step "
+        f"{r['claim_to_first_step_ms_median']:.1f} ms, step->step {r['step_to_step_ms_median']:.1f} ms "
+        f"(p90 {r['step_to_step_ms_p90']:.1f}), whole run {r['task_run_ms_median']:.0f} ms"
     )
     print(f"ratio to DBOS's {DBOS_STEPS_PER_S} steps/s: {steps_per_s / DBOS_STEPS_PER_S:.2f}x")
     met = steps_per_s >= TARGET_STEPS_PER_S

@@ -1,0 +1,125 @@
+"""``longhaul worker`` with counters and timers around the hot paths (profiling aid, bench only).
+
+Runs exactly the CLI's worker, after wrapping a few methods with counters (no behaviour change):
+group commits (``TaskStore.save_each``: transactions, group sizes, groups split by a conflict,
+conflicts), loads (``TaskStore.get``), run-queue queries, claims (``Worker._claim``) and
+``LeasedTask.commit`` retries. On exit it writes JSON to ``$BENCH_STATS_FILE``.
+
+    BENCH_STATS_FILE=/tmp/w.json LONGHAUL_...=... python -m bench.instrumented_worker
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from eventsourcing.persistence import RecordConflictError
+
+from longhaul import cli
+from projections.eventstore import TaskStore
+from projections.run_queue import RunQueueRecorder
+from workers.lease import LeasedTask
+from workers.worker import Worker
+
+STATS: dict[str, Any] = collections.defaultdict(float)
+GROUP_SIZES: collections.Counter[int] = collections.Counter()
+LOCK = threading.Lock()
+
+
+def _count(name: str, seconds: float) -> None:
+    with LOCK:
+        STATS[f"{name}.calls"] += 1
+        STATS[f"{name}.seconds"] += seconds
+
+
+def _timed_sync(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _count(name, time.perf_counter() - t0)
+
+    return wrapper
+
+
+def _timed_async(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException:
+            _count(name + ".raised", 0.0)
+            raise
+        finally:
+            _count(name, time.perf_counter() - t0)
+        if result is None:
+            _count(name + ".returned_none", 0.0)
+        return result
+
+    return wrapper
+
+
+def install() -> None:
+    original_save = TaskStore.save
+
+    def save(self: TaskStore, *objs: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original_save(self, *objs, **kwargs)
+        except RecordConflictError:
+            _count("store.save.conflict", 0.0)
+            raise
+        finally:
+            _count("store.save (one transaction)", time.perf_counter() - t0)
+
+    original_save_each = TaskStore.save_each
+
+    def save_each(self: TaskStore, *tasks: Any) -> Any:
+        with LOCK:
+            GROUP_SIZES[len(tasks)] += 1
+        t0 = time.perf_counter()
+        outcomes = original_save_each(self, *tasks)
+        _count("committer.save_each (group)", time.perf_counter() - t0)
+        if any(o is not None for o in outcomes):
+            _count("committer.group_had_conflict", 0.0)
+            with LOCK:
+                STATS["committer.conflicting_tasks"] += sum(o is not None for o in outcomes)
+        return outcomes
+
+    TaskStore.save = save  # type: ignore[method-assign]
+    TaskStore.save_each = save_each  # type: ignore[method-assign]
+    TaskStore.get = _timed_sync("store.get", TaskStore.get)  # type: ignore[method-assign]
+    for name in ("claimable", "owners", "next_lease_end"):
+        setattr(RunQueueRecorder, name, _timed_sync(f"run_queue.{name}", getattr(RunQueueRecorder, name)))
+    Worker._claim = _timed_async("worker._claim", Worker._claim)  # type: ignore[method-assign]
+    Worker._claim_some = _timed_async("worker._claim_some", Worker._claim_some)  # type: ignore[method-assign]
+    LeasedTask.commit = _timed_async("lease.commit", LeasedTask.commit)  # type: ignore[method-assign]
+
+
+def dump() -> None:
+    path = os.environ.get("BENCH_STATS_FILE")
+    if not path:
+        return
+    stats = {k: round(v, 4) for k, v in sorted(STATS.items())}
+    stats["group_sizes"] = dict(sorted(GROUP_SIZES.items()))
+    with open(path, "w") as out:  # noqa: PTH123 - tiny
+        json.dump(stats, out, indent=2)
+
+
+if __name__ == "__main__":
+    install()
+    try:
+        code = cli.main(["worker"])
+    finally:
+        dump()
+    sys.exit(code)
