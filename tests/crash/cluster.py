@@ -63,12 +63,17 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def worker(self, **overrides: str) -> LonghaulProcess:
-        """A worker process, returned once it claims tasks."""
+    def worker(self, *, wait: bool = True, **overrides: str) -> LonghaulProcess:
+        """A worker process, returned once it claims tasks (unless ``wait`` is false)."""
         process = self.start(["worker"], **overrides)
+        if wait:
+            self.wait_for_worker(process)
+        return process
+
+    def wait_for_worker(self, process: LonghaulProcess) -> None:
+        """Wait until a worker started with ``wait=False`` claims tasks."""
         wait_until(lambda: _ready(process, _WORKER_STARTED), STARTUP_TIMEOUT, "the worker to start")
         self.ready()
-        return process
 
     def workers(self, count: int, **overrides: str) -> list[LonghaulProcess]:
         """``count`` workers started together (they start in parallel), returned once all are ready."""
