@@ -76,8 +76,14 @@ async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock) -> As
     client = None
     waiter = None
     if settings.nats_url is not None:
-        client = await nats.connect(settings.nats_url, max_reconnect_attempts=-1)
-        waiter = NatsWaiter(client, wiring.nats_names(settings), store)
+        try:
+            # With unlimited reconnects nats-py retries the first connect forever: bound it here.
+            client = await asyncio.wait_for(nats.connect(settings.nats_url, max_reconnect_attempts=-1), 10)
+            waiter = NatsWaiter(client, wiring.nats_names(settings), store)
+        except Exception as error:  # noqa: BLE001 - serve anyway; blocking calls poll the log
+            log.warning(
+                "NATS at %s unreachable (%r): blocking calls will poll the log", settings.nats_url, error
+            )
     try:
         yield create_app(
             store=store,

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 BATCH = 500
 DUPLICATE_WINDOW_S = 600.0
+NATS_CONNECT_S = 10.0
 
 
 async def ensure_stream(js: Any, names: NatsNames) -> None:
@@ -62,14 +63,29 @@ class Relay:
         self.published = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until ``stop`` is set (waiting for the leader lock first)."""
+        """Relay until ``stop`` is set: wait to lead, relay, and start over after any failure.
+
+        Leadership is a session advisory lock, so it ends with the connection: a relay that
+        dies or loses its database connection hands over to a standby within a second.
+        """
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                await self._lead_and_relay(stop)
+                return
+            except Exception as error:  # noqa: BLE001 - database or NATS trouble: retry with backoff
+                log.warning("relay failed (%r); starting over in %.1fs", error, backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _lead_and_relay(self, stop: asyncio.Event) -> None:
         conn = await psycopg.AsyncConnection.connect(self.store.config.database_url, autocommit=True)
         try:
             await self._create_table(conn)
             while not stop.is_set():
-                row = await (
-                    await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
-                ).fetchone()
+                cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
+                row = await cursor.fetchone()
                 if row and row[0]:
                     break
                 with contextlib.suppress(TimeoutError):
@@ -82,7 +98,8 @@ class Relay:
             await conn.close()
 
     async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
-        nc = await nats.connect(self.names.url, max_reconnect_attempts=-1)
+        # With unlimited reconnects nats-py retries the first connect forever: bound it here.
+        nc = await asyncio.wait_for(nats.connect(self.names.url, max_reconnect_attempts=-1), NATS_CONNECT_S)
         wakeup = Wakeup(self.store.config.database_url, self.store.recorder_channel)
         wakeup.start()
         try:
