@@ -39,7 +39,8 @@ class Cluster:
     def __init__(self, settings: Settings, tmp_path: Path, **overrides: str) -> None:
         self.settings = settings
         self.tmp_path = tmp_path
-        self.overrides = {"skill_modules": json.dumps([TEST_SKILLS]), **overrides}
+        # Four tasks per worker keep each worker's connection pool at five: PostgreSQL is shared.
+        self.overrides = {"skill_modules": json.dumps([TEST_SKILLS]), "worker_concurrency": "4", **overrides}
         self.processes: list[LonghaulProcess] = []
         self._count = itertools.count(1)
         self._pending: list[tuple[str, LonghaulProcess]] = []

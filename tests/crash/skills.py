@@ -6,14 +6,17 @@
   stored tick, so the log shows exactly which worker (epoch) committed which tick.
 - ``crash-sleeper``: commits ``{"started": true}``, then sleeps ``sleep_s``; if its coroutine is
   cancelled it writes ``cancelled`` to the file ``marker`` (a parameter) before re-raising.
+- ``crash-asker``: asks a question with the deadline ``deadline_s`` (none: the service's maximum
+  pause) and ``on_deadline``, then completes with the answer's text.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
-from domain.skill import Complete, Continue, Skill, StepContext, StepOutcome
+from domain.skill import AskInput, Complete, Continue, Skill, StepContext, StepOutcome
 
 
 async def _noop(ctx: StepContext) -> StepOutcome:
@@ -47,8 +50,22 @@ async def _sleep(ctx: StepContext) -> StepOutcome:
     return Continue({"started": True, "slept": True})
 
 
+async def _ask(ctx: StepContext) -> StepOutcome:
+    seconds = ctx.params.get("deadline_s")
+    deadline = None if seconds is None else timedelta(seconds=float(seconds))
+    on_deadline = str(ctx.params.get("on_deadline", "fail"))
+    return AskInput("Anything to add?", {"asked": True}, deadline=deadline, on_deadline=on_deadline)
+
+
+async def _answered(ctx: StepContext) -> StepOutcome:
+    parts = ctx.latest_input.get("parts", [])
+    text = " ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return Complete(message=f"answered: {text}")
+
+
 SKILLS = [
     Skill(name="crash-noop", version=1, steps=[_noop, _noop, _noop], description="three no-op steps"),
     Skill(name="crash-ticker", version=1, steps=[_tick, _done], description="a long step of sub-commits"),
     Skill(name="crash-sleeper", version=1, steps=[_sleep, _done], description="a step that sleeps long"),
+    Skill(name="crash-asker", version=1, steps=[_ask, _answered], description="asks, then completes"),
 ]

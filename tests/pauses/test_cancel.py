@@ -1,0 +1,55 @@
+"""CancelTask on a working task: the cancel is in the log when the call returns; the worker
+holding the task cancels the running step's coroutine and commits nothing more.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from projections.eventstore import TaskStore
+from tests.crash.cluster import Cluster, events, kind, rpc, submit, wait_for_state
+from tests.support.processes import wait_until
+
+
+def test_cancel_stops_the_running_step_and_nothing_is_committed_after_it(
+    cluster: Cluster, store: TaskStore, tmp_path: Path
+) -> None:
+    worker = cluster.worker(wait=False)
+    gateway = cluster.gateway()
+    cluster.wait_for_worker(worker)
+    marker = tmp_path / "step-cancelled"
+    message = {
+        "messageId": uuid.uuid4().hex,
+        "role": "ROLE_USER",
+        "parts": [{"data": {"marker": str(marker), "sleep_s": 600}}],
+        "metadata": {"skill": "crash-sleeper"},
+    }
+    sent = rpc(gateway, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
+    task_id = uuid.UUID(sent["result"]["task"]["id"])
+    wait_until(lambda: store.get(task_id).checkpoint.get("started") is True, 30, "the step to start")
+    assert str(store.get(task_id).state) == "TASK_STATE_WORKING"
+
+    canceled = rpc(gateway, "CancelTask", {"id": str(task_id)})
+    assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    history = events(store, task_id)
+    assert kind(history[-1]) == "Canceled", [kind(e) for e in history]
+    canceled_version = history[-1].originator_version
+
+    # The worker cancels the step's coroutine (the step wrote its marker while unwinding).
+    wait_until(marker.exists, 15, "the running step to be cancelled")
+    assert marker.read_text() == "cancelled"
+    wait_until(lambda: f"task {task_id}: stopped" in worker.log(), 15, "the worker to let the task go")
+    assert "TASK_STATE_CANCELED" in worker.log()
+
+    # Nothing after the cancel, even once the old lease would have run out.
+    time.sleep(cluster.settings.lease_seconds + 1)
+    history = events(store, task_id)
+    assert history[-1].originator_version == canceled_version, [kind(e) for e in history]
+    assert str(store.get(task_id).state) == "TASK_STATE_CANCELED"
+
+    # The worker is free and well: it runs the next task.
+    other = submit(store, "crash-noop", {})
+    wait_for_state(store, other, "TASK_STATE_COMPLETED", 30, cluster)
+    assert worker.stop() == 0, worker.log()
