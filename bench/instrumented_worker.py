@@ -5,6 +5,15 @@ group commits (``TaskStore.save_each``: transactions, group sizes, groups split 
 conflicts), loads (``TaskStore.get``), run-queue queries, claims (``Worker._claim``) and
 ``LeasedTask.commit`` retries. On exit it writes JSON to ``$BENCH_STATS_FILE``.
 
+``$BENCH_WHATIF`` (comma-separated) tries a change without touching the project's code, to
+quantify a suggestion:
+
+- ``no-pre-ping``: ``POSTGRES_PRE_PING`` off (the pool no longer runs a check query before
+  every use of a connection);
+- ``plain-projector``: loads replay with a projector that skips the library's per-event
+  runtime-Protocol ``isinstance`` check;
+- ``cache``: the worker's store keeps an aggregate cache (fast-forwarded on each load).
+
     BENCH_STATS_FILE=/tmp/w.json LONGHAUL_...=... python -m bench.instrumented_worker
 """
 
@@ -20,10 +29,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import RecordConflictError
 
-from longhaul import cli
-from projections.eventstore import TaskStore
+from domain.task import Task
+from longhaul import cli, wiring
+from projections import eventstore
+from projections.eventstore import TaskNotFoundError, TaskStore
 from projections.run_queue import RunQueueRecorder
 from workers.lease import LeasedTask
 from workers.worker import Worker
@@ -69,7 +81,45 @@ def _timed_async(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def plain_projector(aggregate: Any, events: Any) -> Any:
+    for event in events:
+        aggregate = event.mutate(aggregate)
+    return aggregate
+
+
+def install_what_ifs(names: set[str]) -> None:
+    if "no-pre-ping" in names:
+        original_env = eventstore.postgres_env
+
+        def postgres_env(config: eventstore.StoreConfig) -> dict[str, str]:
+            return {**original_env(config), "POSTGRES_PRE_PING": "n"}
+
+        eventstore.postgres_env = postgres_env
+    if "plain-projector" in names:
+
+        def get(self: TaskStore, task_id: Any, version: int | None = None) -> Task:
+            try:
+                task = self.repository.get(task_id, version=version, projector_func=plain_projector)
+            except AggregateNotFoundError as error:
+                raise TaskNotFoundError(str(task_id)) from error
+            assert isinstance(task, Task)
+            return task
+
+        TaskStore.get = get  # type: ignore[method-assign]
+    if "cache" in names:
+        original_build = wiring.build_store
+
+        def build_store(settings: Any, *, pool_size: int = 5, cache_size: int = 0) -> TaskStore:
+            return original_build(settings, pool_size=pool_size, cache_size=1024)
+
+        wiring.build_store = build_store
+    unknown = names - {"no-pre-ping", "plain-projector", "cache"}
+    if unknown:
+        raise SystemExit(f"unknown BENCH_WHATIF: {sorted(unknown)}")
+
+
 def install() -> None:
+    install_what_ifs({n.strip() for n in os.environ.get("BENCH_WHATIF", "").split(",") if n.strip()})
     original_save = TaskStore.save
 
     def save(self: TaskStore, *objs: Any, **kwargs: Any) -> Any:

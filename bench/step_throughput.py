@@ -281,7 +281,11 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
     workers = []
     for i in range(args.workers):
         if args.instrument:
-            env = {**env, "BENCH_STATS_FILE": str(workdir / f"worker{i}.stats.json")}
+            env = {
+                **env,
+                "BENCH_STATS_FILE": str(workdir / f"worker{i}.stats.json"),
+                "BENCH_WHATIF": args.what_if or "",
+            }
         workers.append(WorkerProcess(env, workdir / f"worker{i}.log", instrumented=args.instrument))
     spy: subprocess.Popen[bytes] | None = None
     monitor = psycopg.connect(args.database_url, autocommit=True)  # opened before the workers take theirs
@@ -404,8 +408,15 @@ def main() -> None:
         action="store_true",
         help="run workers as bench.instrumented_worker (counters and timers; for analysis, not the figure)",
     )
+    parser.add_argument(
+        "--what-if",
+        metavar="LIST",
+        help="with --instrument: try no-pre-ping,plain-projector,cache (see bench.instrumented_worker)",
+    )
     parser.add_argument("--keep-logs", metavar="DIR", help="keep the worker logs in DIR")
     args = parser.parse_args()
+    if args.what_if and not args.instrument:
+        parser.error("--what-if needs --instrument")
     if args.tasks is None:
         args.tasks = 400 if args.quick else 2_000
     if args.baseline_seconds is None:
