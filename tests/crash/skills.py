@@ -59,7 +59,7 @@ async def _ask(ctx: StepContext) -> StepOutcome:
 
 async def _answered(ctx: StepContext) -> StepOutcome:
     parts = ctx.latest_input.get("parts", [])
-    text = " ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    text = " ".join(str(p["text"]) for p in parts if isinstance(p, dict) and "text" in p)
     return Complete(message=f"answered: {text}")
 
 
