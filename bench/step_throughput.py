@@ -390,6 +390,36 @@ def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
         spy.kill()
 
 
+def instrumented_summary(index: int, stats: dict[str, Any], wall: float) -> str:
+    """One line per instrumented worker: how busy its committer was and what each part cost."""
+
+    def calls(name: str) -> float:
+        return float(stats.get(f"{name}.calls", 0.0))
+
+    def mean_ms(name: str) -> float:
+        n = calls(name)
+        return 1000 * float(stats.get(f"{name}.seconds", 0.0)) / n if n else float("nan")
+
+    groups = calls("committer.save_each (group)")
+    sizes = stats.get("group_sizes", {})
+    tasks_saved = sum(int(k) * v for k, v in sizes.items())
+    busy = float(stats.get("committer.save_each (group).seconds", 0.0)) / wall
+    return (
+        f"worker {index}: committer busy {busy:.0%} of the run; {groups:.0f} groups "
+        f"(mean {tasks_saved / groups if groups else 0:.1f} tasks, "
+        f"{mean_ms('committer.save_each (group)'):.1f} ms), "
+        f"{calls('committer.group_had_conflict'):.0f} split by a conflict -> "
+        f"{calls('store.save (one transaction)') - groups:.0f} extra single saves; "
+        f"{calls('store.get'):.0f} loads ({mean_ms('store.get'):.1f} ms); "
+        f"{calls('worker._claim'):.0f} claims, {calls('worker._claim.returned_none'):.0f} lost"
+    )
+
+
+def print_instrumented(longhaul: dict[str, Any]) -> None:
+    for i, stats in enumerate(longhaul["instrumented"]):
+        print(instrumented_summary(i, stats, longhaul["wall_seconds_submit_to_all_done"]))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -436,6 +466,16 @@ def main() -> None:
         longhaul = run_longhaul(args, schema, workdir)
         after = run_baseline(args, schema, "after")
 
+    report(args, info, longhaul, before, after)
+
+
+def report(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    longhaul: dict[str, Any],
+    before: list[dict[str, float]],
+    after: list[dict[str, float]],
+) -> None:
     baseline = []
     for b0, b1 in zip(before, after, strict=True):
         baseline.append(
@@ -494,6 +534,7 @@ def main() -> None:
         f"{r['claim_to_first_step_ms_median']:.1f} ms, step->step {r['step_to_step_ms_median']:.1f} ms "
         f"(p90 {r['step_to_step_ms_p90']:.1f}), whole run {r['task_run_ms_median']:.0f} ms"
     )
+    print_instrumented(longhaul)
     print(f"ratio to DBOS's {DBOS_STEPS_PER_S} steps/s: {steps_per_s / DBOS_STEPS_PER_S:.2f}x")
     met = steps_per_s >= TARGET_STEPS_PER_S
     goal = ratio_best >= 0.5
