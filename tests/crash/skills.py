@@ -3,7 +3,9 @@
 - ``crash-noop``: three steps that only continue (the race test).
 - ``crash-ticker``: one long step that commits a sub-step every ``tick_ms`` until ``ticks`` ticks
   (``{"ticks": n}`` in the checkpoint), then a step that completes. A resumed step goes on from the
-  stored tick, so the log shows exactly which worker (epoch) committed which tick.
+  stored tick, so the log shows exactly which worker (epoch) committed which tick. With
+  ``shield``, a sub-step commit in flight goes on to the store even when the step is cancelled,
+  so only the store's fence can refuse it.
 - ``crash-sleeper``: commits ``{"started": true}``, then sleeps ``sleep_s``; if its coroutine is
   cancelled it writes ``cancelled`` to the file ``marker`` (a parameter) before re-raising.
 - ``crash-asker``: asks a question with the deadline ``deadline_s`` (none: the service's maximum
@@ -27,12 +29,14 @@ async def _noop(ctx: StepContext) -> StepOutcome:
 async def _tick(ctx: StepContext) -> StepOutcome:
     total = int(ctx.params.get("ticks", 20))
     delay = float(ctx.params.get("tick_ms", 200)) / 1000
+    shield = bool(ctx.params.get("shield", False))
     ticks = int(ctx.checkpoint.get("ticks", 0))
     while ticks < total:
         await asyncio.sleep(delay)
         ticks += 1
         if ticks < total:  # the last tick's commit is the step's own
-            await ctx.commit({"ticks": ticks})
+            commit = ctx.commit({"ticks": ticks})
+            await (asyncio.shield(commit) if shield else commit)
     return Continue({"ticks": ticks})
 
 

@@ -4,8 +4,10 @@ commit is refused, its log says the lease is lost, and the log holds nothing of 
 the epoch-2 grant.
 
 The second test gives the zombie a clock five seconds slow (and a lease of six seconds by its
-own clock), so that after SIGCONT it still believes its lease holds: its commit then reaches
-the database and is refused by the version check, not by its own clock.
+own clock), so that after SIGCONT it still believes its lease holds. Its step shields its
+sub-step commits from cancellation, so the worker's watch (which cancels the step once it sees
+the lease gone) cannot stop a commit already under way: that commit reaches the store, and only
+the fence there (the version check, then the epoch check after the reload) can refuse it.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def test_zombie_with_a_slow_clock_is_refused_by_the_version_fence(cluster: Clust
     # ends 1 s after its last commit, while by its own clock it still holds for 6 s.
     zombie = cluster.worker(clock_offset_seconds="-5", lease_seconds="6")
     ticks = 60
-    task_id = submit(store, "crash-ticker", {"ticks": ticks, "tick_ms": 200})
+    task_id = submit(store, "crash-ticker", {"ticks": ticks, "tick_ms": 200, "shield": True})
     wait_until(lambda: holder_pid(store, task_id) == zombie.pid, 30, "the zombie to claim the task")
     cluster.worker()
     assert _ticks(store, task_id) < ticks - 20, "the task ran too far before the second worker started"
