@@ -12,7 +12,9 @@ quantify a suggestion:
   every use of a connection);
 - ``plain-projector``: loads replay with a projector that skips the library's per-event
   runtime-Protocol ``isinstance`` check;
-- ``cache``: the worker's store keeps an aggregate cache (fast-forwarded on each load).
+- ``cache``: the worker's store keeps an aggregate cache (fast-forwarded on each load);
+- ``switch-interval``: ``sys.setswitchinterval(0.0005)`` (default 5 ms): a thread back from the
+  database waits less for the GIL while the event loop or another thread runs Python.
 
     BENCH_STATS_FILE=/tmp/w.json LONGHAUL_...=... python -m bench.instrumented_worker
 """
@@ -113,7 +115,9 @@ def install_what_ifs(names: set[str]) -> None:
             return original_build(settings, pool_size=pool_size, cache_size=1024)
 
         wiring.build_store = build_store
-    unknown = names - {"no-pre-ping", "plain-projector", "cache"}
+    if "switch-interval" in names:
+        sys.setswitchinterval(0.0005)
+    unknown = names - {"no-pre-ping", "plain-projector", "cache", "switch-interval"}
     if unknown:
         raise SystemExit(f"unknown BENCH_WHATIF: {sorted(unknown)}")
 

@@ -17,6 +17,7 @@ optionally as many clients as runners), measured before and after the longhaul r
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import shutil
 import statistics
@@ -213,6 +214,60 @@ def xact_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+class PgSampler(threading.Thread):
+    """Samples ``pg_stat_activity`` for the sessions that touch the benchmark's schema.
+
+    Each sample counts sessions by (state, wait event, statement kind): how much of the time a
+    connection is waiting for the events table lock, executing, flushing WAL at commit, or idle
+    inside a transaction (the client, holding the lock, has not sent its next statement yet).
+    """
+
+    KINDS = (
+        ("LOCK TABLE", "lock table"),
+        ("INSERT INTO", "insert"),
+        ("NOTIFY", "notify"),
+        ("_snapshots", "select snapshot"),
+        ("_run_queue", "run-queue query"),
+        ("_events", "select events"),
+        ("COMMIT", "commit"),
+        ("SELECT 1", "pre-ping"),
+    )
+
+    def __init__(self, database_url: str, schema: str, interval: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.database_url, self.schema, self.interval = database_url, schema, interval
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.samples = 0
+        self.halt = threading.Event()
+        self.conn = psycopg.connect(database_url, autocommit=True)
+
+    def kind(self, query: str) -> str:
+        for needle, name in self.KINDS:
+            if needle in query:
+                return name
+        return query.split(" ", 1)[0][:20]
+
+    def run(self) -> None:
+        statement = (
+            "SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), query"
+            " FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()"
+            " AND state <> 'idle' AND (query LIKE %s OR query IN ('COMMIT', 'BEGIN', 'SELECT 1', 'ROLLBACK'))"
+        )
+        pattern = f"%{self.schema}%"
+        while not self.halt.is_set():
+            rows = self.conn.execute(statement, (pattern,)).fetchall()
+            self.samples += 1
+            for state, wait_type, wait, query in rows:
+                self.counts[f"{state} | {wait_type}:{wait} | {self.kind(query)}"] += 1
+            time.sleep(self.interval)
+        self.conn.close()
+
+    def result(self) -> dict[str, float]:
+        """Mean number of sessions in each (state | wait | statement) per sample."""
+        n = max(self.samples, 1)
+        return {k: round(v / n, 3) for k, v in self.counts.most_common(20)}
+
+
 def worker_events(store: TaskStore) -> list[tuple[str, uuid.UUID, float]]:
     """``(event class, task id, timestamp)`` of every worker-side event, in log order."""
     topics = [
@@ -274,9 +329,7 @@ def rate(times: list[float], low: float = 0.0, high: float = 1.0) -> float:
     return (j - i) / span if span > 0 else float("nan")
 
 
-def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[str, Any]:
-    store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
-    skill = noop_skill_name(args.steps)
+def start_workers(args: argparse.Namespace, schema: str, workdir: Path) -> list[WorkerProcess]:
     env = worker_env(args.database_url, schema, concurrency=args.concurrency, lease_seconds=30)
     workers = []
     for i in range(args.workers):
@@ -287,8 +340,15 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
                 "BENCH_WHATIF": args.what_if or "",
             }
         workers.append(WorkerProcess(env, workdir / f"worker{i}.log", instrumented=args.instrument))
-    spy: subprocess.Popen[bytes] | None = None
+    return workers
+
+
+def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[str, Any]:
+    store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
+    skill = noop_skill_name(args.steps)
     monitor = psycopg.connect(args.database_url, autocommit=True)  # opened before the workers take theirs
+    workers = start_workers(args, schema, workdir)
+    spy: subprocess.Popen[bytes] | None = None
     try:
         for worker in workers:
             worker.wait_started()
@@ -297,6 +357,9 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         xact0, rollback0 = xact_counts(monitor)
         if args.py_spy:
             spy = start_py_spy(args.py_spy, workers[0].pid)
+        sampler = PgSampler(args.database_url, schema) if args.sample_pg else None
+        if sampler is not None:
+            sampler.start()
         t_submit = time.time()
         submit_tasks(store, args.tasks, skill, batch=500)
         t_submitted = time.time()
@@ -306,6 +369,9 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
             time.sleep(0.2)
             done = completed_count(monitor, schema)
         t_done = time.time()
+        if sampler is not None:
+            sampler.halt.set()
+            sampler.join(5)
         cpu1 = [p.cpu_times() for p in procs]
         xact1, rollback1 = xact_counts(monitor)
         if done < args.tasks:
@@ -348,6 +414,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         "pg_xact_note": "database-wide transactions (reads, other sessions on the machine included)",
         "pg_rollbacks_per_s": (rollback1 - rollback0) / wall,
         "runners": where_time_goes(events),
+        "pg_activity": sampler.result() if sampler is not None else {},
         "instrumented": [
             json.loads(path.read_text())
             for path in sorted(workdir.glob("worker*.stats.json"))
@@ -416,6 +483,10 @@ def instrumented_summary(index: int, stats: dict[str, Any], wall: float) -> str:
 
 
 def print_instrumented(longhaul: dict[str, Any]) -> None:
+    if longhaul["pg_activity"]:
+        print("PostgreSQL sessions of this run, mean count per sample (state | wait | statement):")
+        for key, value in longhaul["pg_activity"].items():
+            print(f"  {value:6.2f}  {key}")
     for i, stats in enumerate(longhaul["instrumented"]):
         print(instrumented_summary(i, stats, longhaul["wall_seconds_submit_to_all_done"]))
 
@@ -441,7 +512,12 @@ def main() -> None:
     parser.add_argument(
         "--what-if",
         metavar="LIST",
-        help="with --instrument: try no-pre-ping,plain-projector,cache (see bench.instrumented_worker)",
+        help="with --instrument: comma list of what-ifs (see bench/instrumented_worker.py)",
+    )
+    parser.add_argument(
+        "--sample-pg",
+        action="store_true",
+        help="sample pg_stat_activity every 10 ms: lock waits, statements, idle-in-transaction",
     )
     parser.add_argument("--keep-logs", metavar="DIR", help="keep the worker logs in DIR")
     args = parser.parse_args()
