@@ -98,7 +98,7 @@ def time_claims(store: TaskStore, claims: int) -> dict[str, list[float]]:
         store.save_tasks(fresh)
         t0 = time.perf_counter()
         now = utc_now()
-        candidates = store.run_queue.claimable(now, 4)
+        candidates = store.run_queue.claimable(now, 4, [("bench-noop-1", 1)])
         t1 = time.perf_counter()
         if candidates[:1] != [fresh.id]:
             raise RuntimeError(f"the fresh task should head the queue, got {candidates}")

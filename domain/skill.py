@@ -52,8 +52,14 @@ class StepContext(Protocol):
         """Save ``checkpoint`` mid-step (a sub-step commit); also renews the lease."""
         ...
 
-    async def emit_artifact(self, artifact: JSON, *, append: bool = False, last_chunk: bool = True) -> None:
-        """Commit an artifact (A2A shape), or one chunk of it with ``append=True``."""
+    async def emit_artifact(
+        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
+    ) -> None:
+        """Commit an artifact (A2A shape), or one chunk of it with ``append=True``.
+
+        With ``checkpoint``, the chunk and the new checkpoint are one commit: a step that emits
+        chunk by chunk resumes after the last chunk it committed and never sends one twice.
+        """
         ...
 
     async def progress(self, text: str) -> None:

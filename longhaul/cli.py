@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from longhaul import commands
 from longhaul.settings import Settings
@@ -49,6 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in error.errors():
             name = "LONGHAUL_" + "_".join(str(p) for p in problem["loc"]).upper()
             print(f"  {name}: {problem['msg']}", file=sys.stderr)
+        return 2
+    except SettingsError as error:  # a list setting that is not JSON
+        print(
+            f'longhaul: invalid settings: {error} (list settings are JSON, e.g. ["my.skills"])',
+            file=sys.stderr,
+        )
         return 2
     try:
         return _dispatch(args, settings)

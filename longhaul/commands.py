@@ -7,7 +7,8 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import socket
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from workers.worker import Worker
 log = logging.getLogger("longhaul")
 
 SERVICES_FILE = "services.json"
+HTTP_SHUTDOWN_GRACE_S = 5
+"""On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 
 
 class CommandError(Exception):
@@ -55,22 +58,36 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
-async def _serve(app: Any, host: str, port: int, stop: asyncio.Event, started: Callable[[int], None]) -> None:
-    server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
-    serving = asyncio.ensure_future(server.serve())
-    while not server.started:
-        if serving.done():
-            await serving
-            raise CommandError(f"could not listen on {host}:{port}")
-        await asyncio.sleep(0.02)
-    started(server.servers[0].sockets[0].getsockname()[1])
-    await stop.wait()
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind the listening socket first, so the app can name its real port (``port`` 0: any)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port}: {error.strerror}") from error
+    return sock
+
+
+async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve ``app`` on ``sock`` until ``stop``; in-flight requests get a short grace period."""
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S
+    )
+    server = _QuietServer(config)
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
     server.should_exit = True
     await serving
+    sock.close()
 
 
 @contextlib.asynccontextmanager
-async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock) -> AsyncIterator[Any]:
+async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock, port: int) -> AsyncIterator[Any]:
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS)."""
     registry = wiring.build_registry(settings)
     client = None
@@ -91,7 +108,7 @@ async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock) -> As
             clock=clock,
             default_skill=settings.default_skill,
             max_pause=settings.max_pause,
-            public_url=wiring.public_url(settings),
+            public_url=wiring.public_url(settings, port),
             waiter=waiter,
         )
     finally:
@@ -128,8 +145,11 @@ async def gateway(settings: Settings) -> None:
     store = _open_store(settings, pool_size=10)
     clock = wiring.system_clock(settings)
     try:
-        async with _gateway_app(settings, store, clock) as app:
-            await _serve(app, settings.host, settings.port, stop, lambda p: log.info("gateway on port %d", p))
+        sock = _listen(settings.host, settings.port)
+        port = sock.getsockname()[1]
+        async with _gateway_app(settings, store, clock, port) as app:
+            log.info("gateway on %s", wiring.public_url(settings, port))
+            await _serve(app, sock, stop)
     finally:
         store.close()
 
@@ -197,9 +217,9 @@ def _names(settings: Settings) -> Any:
 async def fake_iam(host: str, port: int) -> None:
     """Serve the fake IAM until stopped."""
     stop = _stop_event()
-    await _serve(
-        fake_iam_service.create_app(), host, port, stop, lambda p: log.info("fake IAM on port %d", p)
-    )
+    sock = _listen(host, port)
+    log.info("fake IAM on http://%s:%d", host, sock.getsockname()[1])
+    await _serve(fake_iam_service.create_app(), sock, stop)
 
 
 async def up(settings: Settings) -> None:
@@ -211,46 +231,32 @@ async def up(settings: Settings) -> None:
     stop = _stop_event()
     with ExitStack() as services:
         settings = _with_embedded_services(settings, services)
-        iam_port: list[int] = []
-        iam_started = asyncio.Event()
-        iam = None
+        gateway_sock = _listen(settings.host, settings.port)
+        port = gateway_sock.getsockname()[1]
+        parts: list[Awaitable[None]] = []
         if settings.iam_url is None:
-
-            def iam_ready(port: int) -> None:
-                iam_port.append(port)
-                iam_started.set()
-
-            iam = asyncio.ensure_future(
-                _serve(fake_iam_service.create_app(), "127.0.0.1", 0, stop, iam_ready)
+            iam_sock = _listen("127.0.0.1", 0)
+            settings = settings.model_copy(
+                update={"iam_url": f"http://127.0.0.1:{iam_sock.getsockname()[1]}"}
             )
-            await asyncio.wait(
-                [iam, asyncio.ensure_future(iam_started.wait())], return_when=asyncio.FIRST_COMPLETED
-            )
-            if iam.done():
-                await iam
-            settings = settings.model_copy(update={"iam_url": f"http://127.0.0.1:{iam_port[0]}"})
+            parts.append(_serve(fake_iam_service.create_app(), iam_sock, stop))
+            log.info("fake IAM at %s", settings.iam_url)
         store = _open_store(settings, pool_size=max(10, settings.worker_concurrency))
-        clock = wiring.system_clock(settings)
-        gateway_app = _gateway_app(settings, store, clock)
-        app = await gateway_app.__aenter__()
-
-        def announce(port: int) -> None:
-            url = wiring.public_url(settings, port)
-            _write_services_file(settings, url)
-            log.info("longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url)
-
-        parts: list[Awaitable[None]] = [
-            _serve(app, settings.host, settings.port, stop, announce),
-            _worker(settings, store, stop),
-            _sweeper(settings, store).run(stop),
-            Relay(store=store, names=wiring.nats_names(settings)).run(stop),
-        ]
-        if iam is not None:
-            parts.append(iam)
         try:
-            await _run_all(parts, stop)
+            async with _gateway_app(settings, store, wiring.system_clock(settings), port) as app:
+                url = wiring.public_url(settings, port)
+                parts += [
+                    _serve(app, gateway_sock, stop),
+                    _worker(settings, store, stop),
+                    _sweeper(settings, store).run(stop),
+                    Relay(store=store, names=wiring.nats_names(settings)).run(stop),
+                ]
+                _write_services_file(settings, url)
+                log.info(
+                    "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
+                )
+                await _run_all(parts, stop)
         finally:
-            await gateway_app.__aexit__(None, None, None)
             store.close()
             (settings.data_dir / SERVICES_FILE).unlink(missing_ok=True)
             log.info("longhaul stopped; data kept in %s", settings.data_dir)

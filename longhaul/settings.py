@@ -76,6 +76,17 @@ class Settings(BaseSettings):
             raise ValueError("must be non-empty and contain no spaces, '*' or '>'")
         return value
 
+    @field_validator("max_pause", "retention", mode="before")
+    @classmethod
+    def _seconds_as_number(cls, value: object) -> object:
+        """Accept a bare number of seconds (``3600``) besides ISO 8601 (``P7D``, ``PT1H``)."""
+        if isinstance(value, str):
+            try:
+                return timedelta(seconds=float(value))
+            except ValueError:
+                return value
+        return value
+
     @field_validator("max_pause", "retention")
     @classmethod
     def _check_positive(cls, value: timedelta) -> timedelta:

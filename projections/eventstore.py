@@ -8,6 +8,7 @@ them. A lost race surfaces as ``ConflictError`` (reload and retry); the domain's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,7 +23,10 @@ from eventsourcing.utils import get_topic
 from psycopg import sql
 
 from domain.task import Task
+from projections.locks import advisory_lock
 from projections.run_queue import RunQueueRecorder, RunQueueRow
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "longhaul"
 SNAPSHOT_INTERVAL = 100
@@ -88,9 +92,12 @@ class TaskStore(Application[UUID]):
     snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}
 
     def __init__(self, config: StoreConfig) -> None:
-        ensure_schema(config)
         self.config = config
-        super().__init__(env=postgres_env(config))
+        # Creating the schema and tables is not safe to run twice at once (processes starting
+        # together race on CREATE ... IF NOT EXISTS): one process at a time, per schema.
+        with advisory_lock(config.database_url, f"longhaul-ddl:{config.schema}"):
+            ensure_schema(config)
+            super().__init__(env=postgres_env(config))
 
     @property
     def run_queue(self) -> RunQueueRecorder:
@@ -126,27 +133,29 @@ class TaskStore(Application[UUID]):
             raise ConflictError(str(error)) from error
         return [r.notification.id for r in recordings]
 
-    def save_each(self, *tasks: Task) -> list[ConflictError | None]:
+    def save_each(self, *tasks: Task) -> list[Exception | None]:
         """Append the pending events of ``tasks``, grouped in one transaction when possible.
 
-        When any of them conflicts, each task is saved alone, so one conflict costs no other.
-
-        Returns, per task, ``None`` (saved) or the ``ConflictError`` that refused it.
+        When the group fails (a conflict, or a task whose events cannot be stored), each task is
+        saved alone, so one task's trouble costs no other. Returns, per task, ``None`` (saved)
+        or the error that refused it (``ConflictError`` for a lost race).
         """
         batch = [(t, list(t.pending_events), RunQueueRow.of(t)) for t in tasks if t.pending_events]
         try:
             self.save(*tasks, run_queue=[row for _, _, row in batch])
-        except RecordConflictError:
-            pass
+        except Exception as error:  # noqa: BLE001 - split the group up to find who failed
+            log.debug("group of %d failed (%r); saving each alone", len(batch), error)
         else:
             return [None] * len(tasks)
-        outcome: dict[int, ConflictError | None] = {}
+        outcome: dict[int, Exception | None] = {}
         for task, events, row in batch:
             try:
                 self.save(*events, run_queue=[row])
                 outcome[id(task)] = None
             except RecordConflictError as error:
                 outcome[id(task)] = ConflictError(str(error))
+            except Exception as error:  # noqa: BLE001 - reported to that task's caller
+                outcome[id(task)] = error
         return [outcome.get(id(t)) for t in tasks]
 
     def history(self, task_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:

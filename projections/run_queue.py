@@ -157,21 +157,29 @@ class RunQueueRecorder(PostgresApplicationRecorder):
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
-    def claimable(self, now: datetime, limit: int) -> list[UUID]:
-        """Tasks a worker may claim at ``now``: runnable, with no lease or an expired one."""
+    def claimable(self, now: datetime, limit: int, skills: Sequence[tuple[str, int]]) -> list[UUID]:
+        """Tasks a worker may claim at ``now``.
+
+        Those are runnable, have no lease or an expired one, and are pinned to one of ``skills``
+        (the ``(name, version)`` pairs the worker can run).
+        """
+        names, versions = _split(skills)
         rows = self._query(
             "SELECT task_id FROM {schema}.{table} WHERE state IN (" + RUNNABLE_SQL + ")"
             " AND (lease_until IS NULL OR lease_until <= %s)"
+            " AND (skill, skill_version) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
             " ORDER BY lease_until NULLS FIRST, updated_at LIMIT %s",
-            (now, limit),
+            (now, names, versions, limit),
         )
         return [r["task_id"] for r in rows]
 
-    def next_lease_end(self) -> datetime | None:
-        """The earliest lease end among runnable tasks (when a claim may next be possible)."""
+    def next_lease_end(self, skills: Sequence[tuple[str, int]]) -> datetime | None:
+        """The earliest lease end among runnable tasks of ``skills`` (when a claim may be next)."""
+        names, versions = _split(skills)
         rows = self._query(
-            "SELECT min(lease_until) AS t FROM {schema}.{table} WHERE state IN (" + RUNNABLE_SQL + ")",
-            (),
+            "SELECT min(lease_until) AS t FROM {schema}.{table} WHERE state IN (" + RUNNABLE_SQL + ")"
+            " AND (skill, skill_version) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+            (names, versions),
         )
         return rows[0]["t"] if rows else None
 
@@ -231,3 +239,7 @@ class RunQueueRecorder(PostgresApplicationRecorder):
             "SELECT task_id, tenant FROM {schema}.{table} WHERE task_id = ANY(%s)", (list(task_ids),)
         )
         return {r["task_id"]: r["tenant"] for r in rows}
+
+
+def _split(skills: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:
+    return [name for name, _ in skills], [version for _, version in skills]

@@ -3,8 +3,8 @@
 Appends to the event store serialise on one table lock, so one commit at a time costs a full
 transaction (about a thousand a second here). The throughput beyond that comes from putting
 more work in each transaction: every runner of a worker hands its task to the ``Committer``,
-which saves everything that is waiting in one ``save`` call. When any task in the group
-conflicts, the store saves each task alone, so only the conflicting ones see ``ConflictError``.
+which saves everything that is waiting in one ``save`` call. When the group fails, the store
+saves each task alone, so only the tasks at fault see an error (``ConflictError`` for a race).
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ class Committer:
         self.saved = 0
 
     async def save(self, task: Task) -> None:
-        """Append ``task``'s pending events; raises ``ConflictError`` if someone appended first."""
+        """Append ``task``'s pending events.
+
+        Raises ``ConflictError`` if someone appended first, or the error that refused the save.
+        """
         waiting = _Waiting(task)
         self._waiting.append(waiting)
         if self._flusher is None or self._flusher.done():

@@ -17,7 +17,8 @@ class DurableStepContext:
     """Implements ``domain.skill.StepContext`` on top of a held lease.
 
     Every write (a sub-step checkpoint, an effect result, an artifact chunk, a progress message)
-    is its own fenced commit that also extends the lease.
+    is its own fenced commit. Checkpoint commits also extend the lease; the runner's background
+    renewal keeps the lease alive through long steps either way.
     """
 
     def __init__(self, lease: LeasedTask, step: int) -> None:
@@ -78,16 +79,29 @@ class DurableStepContext:
         await self._lease.commit(save)
         self._checkpoint = copy.deepcopy(checkpoint)
 
-    async def emit_artifact(self, artifact: JSON, *, append: bool = False, last_chunk: bool = True) -> None:
-        """Commit an artifact or one chunk of it."""
+    async def emit_artifact(
+        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
+    ) -> None:
+        """Commit an artifact or one chunk of it; with ``checkpoint``, in the same commit."""
         chunk = copy.deepcopy(artifact)
+        saved = copy.deepcopy(checkpoint) if checkpoint is not None else None
 
         def emit(task: Task, now: datetime) -> None:
             task.append_artifact(
                 epoch=self._lease.epoch, now=now, artifact=chunk, append=append, last_chunk=last_chunk
             )
+            if saved is not None:
+                task.save_checkpoint(
+                    epoch=self._lease.epoch,
+                    now=now,
+                    step=self._step,
+                    checkpoint=saved,
+                    lease_until=self._lease.lease_until(now),
+                )
 
         await self._lease.commit(emit)
+        if checkpoint is not None:
+            self._checkpoint = copy.deepcopy(checkpoint)
 
     async def progress(self, text: str) -> None:
         """Commit a progress status message."""

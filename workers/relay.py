@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from typing import Any
 from uuid import UUID
@@ -24,6 +23,7 @@ from psycopg import sql
 
 from projections.event_json import dumps, event_message
 from projections.eventstore import TaskStore
+from projections.locks import advisory_key
 from projections.subjects import NatsNames
 from workers.wakeup import Wakeup
 
@@ -57,9 +57,7 @@ class Relay:
         self.names = names
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
-        self._lock_key = int.from_bytes(
-            hashlib.sha256(f"relay:{schema}:{names.stream}".encode()).digest()[:8], "big", signed=True
-        )
+        self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
         self.published = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -130,7 +128,6 @@ class Relay:
         tenants = await asyncio.to_thread(
             self.store.run_queue.tenants, list({UUID(str(n.originator_id)) for n in notifications})
         )
-        futures = []
         for notification in notifications:
             event = self.store.mapper.to_domain_event(notification)
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
@@ -143,8 +140,9 @@ class Relay:
                 "Longhaul-Type": type(event).__name__,
             }
             subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
-            futures.append(await js.publish_async(subject, payload, headers=headers))
-        await asyncio.gather(*futures)
+            # One at a time, each acknowledged before the next: a failed publish is retried
+            # before anything after it reaches the stream, so the stream keeps commit order.
+            await js.publish(subject, payload, headers=headers)
         position = notifications[-1].id
         await conn.execute(
             sql.SQL(

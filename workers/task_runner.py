@@ -69,6 +69,9 @@ class TaskRunner:
                 return
             try:
                 outcome = await self._run_one(index)
+                # A commit that fails for another reason than the lease (an outcome the store
+                # cannot hold, the database gone) counts as a failed attempt of the step.
+                await self.lease.commit(self._apply(index, outcome))
             except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
                 raise
             except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
@@ -82,7 +85,6 @@ class TaskRunner:
                 await self.lease.refresh()
                 continue
             attempts = 0
-            await self.lease.commit(self._apply(index, outcome))
             if not isinstance(outcome, Continue):
                 return
 

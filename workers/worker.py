@@ -57,6 +57,7 @@ class Worker:
         self.runners: dict[UUID, TaskRunner] = {}
         self._slot_freed = asyncio.Event()
         self.committer = Committer(store)
+        self._skills = [(s.name, s.version) for s in registry.all()]
         self._wakeup = Wakeup(store.config.database_url, store.recorder_channel)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -86,7 +87,7 @@ class Worker:
         if free <= 0:
             return 0
         now = self.clock()
-        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 4)
+        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 4, self._skills)
         candidates = [c for c in candidates if c not in self.runners]
         # Workers read the same queue head: pick at random among it so they rarely collide.
         chosen = random.sample(candidates, min(free, len(candidates)))
@@ -142,7 +143,7 @@ class Worker:
         """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
         timeout = self.config.poll_seconds
         if len(self.runners) < self.config.concurrency:
-            next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end)
+            next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end, self._skills)
             if next_end is not None:
                 until_expiry = (next_end - self.clock()).total_seconds() + 0.01
                 timeout = max(0.01, min(timeout, until_expiry))

@@ -159,13 +159,18 @@ class HarnessContext:
         self._checkpoint = copy.deepcopy(self._task.checkpoint)
         self._task.committed("checkpoint", copy.deepcopy(self._task.checkpoint))
 
-    async def emit_artifact(self, artifact: JSON, *, append: bool = False, last_chunk: bool = True) -> None:
-        """Commit an artifact or one chunk of it."""
+    async def emit_artifact(
+        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
+    ) -> None:
+        """Commit an artifact or one chunk of it (with ``checkpoint``: in the same commit)."""
         chunk = _json(artifact)
         assert chunk.get("artifactId"), "an artifact needs an artifactId"
         assert chunk.get("parts"), "an artifact needs parts"
         self._task.merge_artifact(chunk, append=append)
         self._task.emitted.append(Emitted(chunk, append, last_chunk))
+        if checkpoint is not None:
+            self._task.checkpoint = _json(checkpoint)
+            self._checkpoint = copy.deepcopy(self._task.checkpoint)
         self._task.committed("artifact", chunk)
 
     async def progress(self, text: str) -> None:

@@ -51,7 +51,9 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks() -> None:
     ]
     assert all(e.artifact["artifactId"] == "report" for e in task.emitted)
     kinds = [kind for kind, _ in task.commits]
-    assert kinds == ["step"] + ["artifact", "checkpoint"] * 5 + ["step"]  # the question, 5 chunks, the end
+    assert kinds == ["step"] + ["artifact"] * 5 + [
+        "step"
+    ]  # the question, 5 chunks (each with its count), the end
     report = task.artifact_text("report")
     assert report.startswith("# Research report: Analyze ACME pricing")
     assert "## Finding 5" in report
@@ -77,7 +79,7 @@ async def test_a_crash_resumes_after_the_last_committed_chunk() -> None:
     task = start(chunks=5)
     await run(task)
     answer(task, user_message(data={"api_key": API_KEY}))
-    task.crash_after_commits = 6  # chunk 3 emitted and its count committed
+    task.crash_after_commits = 3  # chunk 3 and its count committed together
 
     with pytest.raises(SimulatedCrashError):
         await run(task)
@@ -89,6 +91,21 @@ async def test_a_crash_resumes_after_the_last_committed_chunk() -> None:
     assert len(task.emitted) == 5  # nothing emitted twice
     assert [e.last_chunk for e in task.emitted] == [False, False, False, False, True]
     assert [f"## Finding {n}" in task.artifact_text("report") for n in range(1, 6)] == [True] * 5
+
+
+@pytest.mark.parametrize("crash_after", [1, 2, 3, 4])
+async def test_no_crash_point_sends_a_chunk_twice(crash_after: int) -> None:
+    task = start(chunks=5)
+    await run(task)
+    answer(task, user_message(data={"api_key": API_KEY}))
+    task.crash_after_commits = crash_after
+
+    with pytest.raises(SimulatedCrashError):
+        await run(task)
+    await run(task)
+
+    assert task.state == COMPLETED
+    assert [e.last_chunk for e in task.emitted] == [False, False, False, False, True]
 
 
 async def test_one_chunk_is_first_and_last() -> None:

@@ -13,10 +13,9 @@ Checkpoint layout::
     key_hint        the API key masked (``****`` and its last 4 characters); never the key itself
     emitted         chunks already emitted (write_report)
 
-``write_report`` emits one chunk per ``ctx.emit_artifact`` (its own commit) and then commits
-``emitted`` with ``ctx.commit``; a rerun resumes after the last committed count. The two are
-separate commits, so a crash exactly between them emits that one chunk again on resume (the
-runtime offers no commit that carries both); every other crash point loses and repeats nothing.
+``write_report`` emits one chunk per ``ctx.emit_artifact(..., checkpoint=...)``: the chunk and
+the new ``emitted`` count are one commit, so a rerun resumes after the last committed chunk and
+no crash point sends a chunk twice.
 
 The key is read from the answer message each time the step runs, so it is never copied into the
 checkpoint or the artifact in clear.
@@ -94,9 +93,10 @@ async def write_report(ctx: StepContext) -> StepOutcome:
             "name": ARTIFACT_NAME,
             "parts": [{"text": chunk_text(index, checkpoint), "mediaType": "text/markdown"}],
         }
-        await ctx.emit_artifact(artifact, append=index > 0, last_chunk=index == count - 1)
         checkpoint = {**checkpoint, "emitted": index + 1}
-        await ctx.commit(checkpoint)
+        await ctx.emit_artifact(
+            artifact, append=index > 0, last_chunk=index == count - 1, checkpoint=checkpoint
+        )
     return Complete(message=f"Research report ready ({count} chunks).")
 
 

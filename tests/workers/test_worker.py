@@ -1,0 +1,125 @@
+"""An in-process worker on real PostgreSQL: retries, failures that stay local, version filtering."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid4
+
+import pytest
+
+from domain.skill import Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
+from domain.task import Task
+from projections.eventstore import TaskStore
+from workers.task_runner import RunPolicy
+from workers.worker import Worker, WorkerConfig
+
+
+def _clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def _submit(store: TaskStore, skill: str, version: int = 1) -> UUID:
+    task = Task.submit(
+        task_id=uuid4(),
+        now=_clock(),
+        tenant="acme",
+        context_id="c",
+        skill=skill,
+        skill_version=version,
+        message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]},
+        params={},
+    )
+    store.save_tasks(task)
+    return task.id
+
+
+async def _wait_for(store: TaskStore, check: Callable[[], bool], seconds: float = 20) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if await asyncio.to_thread(check):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def attempts() -> list[int]:
+    return []
+
+
+@pytest.fixture
+def registry(attempts: list[int]) -> SkillRegistry:
+    async def flaky(ctx: StepContext) -> StepOutcome:
+        attempts.append(ctx.checkpoint.get("n", 0))
+        await ctx.commit({"n": len(attempts)})  # committed progress survives the failure
+        raise ConnectionError("downstream unavailable")
+
+    async def unstorable(_: StepContext) -> StepOutcome:
+        return Complete(artifacts=[{"artifactId": "a", "parts": [{"data": {1, 2}}]}])  # a set
+
+    async def fine(_: StepContext) -> StepOutcome:
+        return Complete(artifacts=[{"artifactId": "a", "parts": [{"text": "ok"}]}])
+
+    async def first(_: StepContext) -> StepOutcome:
+        return Continue({"step": 1})
+
+    return SkillRegistry(
+        [
+            Skill("flaky", 1, [flaky]),
+            Skill("unstorable", 1, [unstorable]),
+            Skill("fine", 1, [first, fine]),
+        ]
+    )
+
+
+@pytest.fixture
+async def worker(store: TaskStore, registry: SkillRegistry) -> AsyncIterator[Worker]:
+    process = Worker(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        config=WorkerConfig(worker_id="test-worker", lease_seconds=10, concurrency=8, grace_seconds=1),
+        policy=RunPolicy(max_pause=timedelta(days=1), max_step_attempts=3, retry_backoff_s=0.01),
+    )
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    yield process
+    stop.set()
+    await running
+
+
+async def test_a_failing_step_is_retried_from_its_checkpoint_then_fails_the_task(
+    store: TaskStore, worker: Worker, attempts: list[int]
+) -> None:
+    task_id = _submit(store, "flaky")
+    await _wait_for(store, lambda: store.get(task_id).is_terminal)
+
+    task = store.get(task_id)
+    assert task.state == "TASK_STATE_FAILED"
+    assert attempts == [0, 1, 2]  # each retry started from the checkpoint the last one committed
+    reason = task.status_message["parts"][0]["text"] if task.status_message else ""
+    assert "failed 3 times" in reason
+    assert "downstream unavailable" in reason
+
+
+async def test_an_outcome_the_store_cannot_hold_fails_only_its_own_task(
+    store: TaskStore, worker: Worker
+) -> None:
+    bad = _submit(store, "unstorable")
+    good = [_submit(store, "fine") for _ in range(5)]
+    await _wait_for(store, lambda: all(store.get(t).is_terminal for t in [bad, *good]))
+
+    assert store.get(bad).state == "TASK_STATE_FAILED"
+    assert {store.get(t).state for t in good} == {"TASK_STATE_COMPLETED"}
+
+
+async def test_a_worker_claims_only_skill_versions_it_has(store: TaskStore, worker: Worker) -> None:
+    foreign = _submit(store, "fine", version=2)  # a newer release's task
+    mine = _submit(store, "fine")
+    await _wait_for(store, lambda: store.get(mine).is_terminal)
+    await asyncio.sleep(0.5)
+
+    untouched = store.get(foreign)
+    assert untouched.state == "TASK_STATE_SUBMITTED"
+    assert untouched.version == 1  # not even a lease was taken
