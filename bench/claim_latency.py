@@ -10,7 +10,7 @@ Then one ``python -m longhaul.cli worker`` process idles while every task is pau
 time (psutil) over ``--idle-seconds`` gives CPU seconds per second, at 1,000 and 100,000 paused.
 
     uv run python -m bench.claim_latency            # 1,000 vs 100,000 paused, 300 claims each
-    uv run python -m bench.claim_latency --quick    # 1,000 vs 20,000 paused, 100 claims, 3 s idle
+    uv run python -m bench.claim_latency --quick    # 1,000 vs 10,000 paused, 100 claims, 3 s idle
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, help="idle-worker CPU window (default 10)")
     parser.add_argument("--settle-seconds", type=float, default=2.0)
     args = parser.parse_args()
-    args.large = args.large or (20_000 if args.quick else 100_000)
+    args.large = args.large or (10_000 if args.quick else 100_000)
     args.claims = args.claims or (100 if args.quick else 300)
     args.idle_seconds = args.idle_seconds or (3.0 if args.quick else 10.0)
     info = machine_info(args.database_url)

@@ -176,6 +176,7 @@ def main() -> None:
             first = [r["kill_to_first_commit_s"] for r in mine]
             grant = [r["kill_to_grant_s"] for r in mine]
             late = [r["grant_after_lease_end_s"] for r in mine]
+            startup = [r["worker_b_startup_s"] for r in mine]
             entry = {
                 "lease_s": lease,
                 "mode": mode,
@@ -184,6 +185,7 @@ def main() -> None:
                 "kill_to_first_commit_median_s": statistics.median(first),
                 "kill_to_first_commit_max_s": max(first),
                 "grant_after_lease_end_median_s": statistics.median(late),
+                "worker_b_startup_median_s": statistics.median(startup),
                 "reference_lease_plus_1s": lease + SLACK_S,
                 "all_within": all(r["within_lease_plus_1s"] for r in mine),
             }
@@ -196,6 +198,7 @@ def main() -> None:
                     entry["kill_to_first_commit_median_s"],
                     entry["kill_to_first_commit_max_s"],
                     entry["grant_after_lease_end_median_s"],
+                    entry["worker_b_startup_median_s"] if mode == "cold" else "-",
                     lease + SLACK_S,
                     "yes" if entry["all_within"] else "NO",
                 ]
@@ -210,6 +213,7 @@ def main() -> None:
                 "kill->commit s",
                 "max s",
                 "grant - lease end s",
+                "B start-up s",
                 "lease + 1 s",
                 "within",
             ],
@@ -217,6 +221,10 @@ def main() -> None:
         )
     )
     met = all(e["all_within"] for e in summary)
+    print(
+        "\nreference (BASELINE.md, not this run): DBOS resumes only when the same executor is "
+        "restarted, then finishes 1.0 s after the restart"
+    )
     print(f"\ntarget kill -> next commit <= lease + 1 s in every run: {'MET' if met else 'MISSED'}")
     write_results(
         "resume_after_kill",
@@ -227,6 +235,7 @@ def main() -> None:
             "runs": runs,
             "summary": summary,
             "target_met": met,
+            "dbos_reference": "resumes only when the same executor restarts; done 1.0 s after restart",
         },
         args,
     )
