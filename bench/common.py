@@ -31,6 +31,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--quick", action="store_true", help="small sizes: finishes in under a minute")
     parser.add_argument("--no-json", action="store_true", help="do not write bench/results/<name>.json")
+    parser.add_argument("--tag", help="write bench/results/<name>.<tag>.json (a variant run) instead")
     return parser
 
 
@@ -124,8 +125,15 @@ def machine_info(database_url: str) -> dict[str, Any]:
             text=True,
             check=False,
         ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
     except OSError:
-        commit = ""
+        commit, dirty = "", ""
     return {
         "nproc": os.cpu_count(),
         "python": sys.version.split()[0],
@@ -135,16 +143,19 @@ def machine_info(database_url: str) -> dict[str, Any]:
         "synchronous_commit": sync[0] if sync else "?",
         "loadavg_at_start": [round(x, 2) for x in load],
         "git_commit": commit,
+        "git_tree_dirty": bool(dirty),
         "measured_at": utc_now().isoformat(timespec="seconds"),
     }
 
 
 def write_results(name: str, payload: dict[str, Any], args: argparse.Namespace) -> Path | None:
-    """Write ``bench/results/<name>.json`` (``<name>.quick.json`` for a ``--quick`` run)."""
+    """Write ``bench/results/<name>[.<tag>][.quick].json``."""
     if args.no_json:
         return None
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / (f"{name}.quick.json" if args.quick else f"{name}.json")
+    stem = f"{name}.{args.tag}" if args.tag else name
+    path = RESULTS_DIR / (f"{stem}.quick.json" if args.quick else f"{stem}.json")
+    payload = {**payload, "command": " ".join(["python -m", f"bench.{name}", *sys.argv[1:]])}
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     print(f"\nresults written to {path.relative_to(REPO_ROOT)}")
     return path
