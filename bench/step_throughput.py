@@ -601,7 +601,7 @@ def report(
     print(f"worker CPU (s per s of wall time): {longhaul['worker_cpu_s_per_s']}")
     print(
         f"PostgreSQL commits/s during the run (whole database): {longhaul['pg_xact_commits_per_s']:,.0f}; "
-        f"rollbacks/s (conflicts): {longhaul['pg_rollbacks_per_s']:,.1f}"
+        f"rollbacks/s (read-only transactions and conflicts): {longhaul['pg_rollbacks_per_s']:,.1f}"
     )
     r = longhaul["runners"]
     print(
