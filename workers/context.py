@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -13,6 +14,14 @@ from workers.lease import LeasedTask
 from workers.messages import agent_message
 
 
+class DrainRequestedError(BaseException):
+    """The worker is shutting down: the step stops at this commit and the lease is released.
+
+    A ``BaseException`` (like ``asyncio.CancelledError``), so that a step's own
+    ``except Exception`` does not swallow it.
+    """
+
+
 class DurableStepContext:
     """Implements ``domain.skill.StepContext`` on top of a held lease.
 
@@ -21,9 +30,10 @@ class DurableStepContext:
     renewal keeps the lease alive through long steps either way.
     """
 
-    def __init__(self, lease: LeasedTask, step: int) -> None:
+    def __init__(self, lease: LeasedTask, step: int, draining: asyncio.Event | None = None) -> None:
         self._lease = lease
         self._step = step
+        self._draining = draining or asyncio.Event()
         task = lease.task
         self._checkpoint: JSON = copy.deepcopy(task.checkpoint)
         self._params: JSON = copy.deepcopy(task.params)
@@ -61,7 +71,9 @@ class DurableStepContext:
                 task.record_effect(epoch=self._lease.epoch, now=now, key=key, result=result)
 
         await self._lease.commit(record)
-        return copy.deepcopy(self._lease.task.effects[key])
+        result = copy.deepcopy(self._lease.task.effects[key])
+        self._stop_if_draining()
+        return result
 
     async def commit(self, checkpoint: JSON) -> None:
         """Save ``checkpoint`` mid-step."""
@@ -78,6 +90,7 @@ class DurableStepContext:
 
         await self._lease.commit(save)
         self._checkpoint = copy.deepcopy(checkpoint)
+        self._stop_if_draining()
 
     async def emit_artifact(
         self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
@@ -102,6 +115,7 @@ class DurableStepContext:
         await self._lease.commit(emit)
         if checkpoint is not None:
             self._checkpoint = copy.deepcopy(checkpoint)
+        self._stop_if_draining()
 
     async def progress(self, text: str) -> None:
         """Commit a progress status message."""
@@ -110,3 +124,9 @@ class DurableStepContext:
             task.report_progress(epoch=self._lease.epoch, now=now, message=agent_message(task, text))
 
         await self._lease.commit(report)
+        self._stop_if_draining()
+
+    def _stop_if_draining(self) -> None:
+        """On shutdown, a commit is where a running step stops: everything before it is saved."""
+        if self._draining.is_set():
+            raise DrainRequestedError

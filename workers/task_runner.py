@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from domain.errors import LeaseLostError
 from domain.skill import AskAuth, AskInput, Complete, Continue, Fail, Reject, Skill, StepOutcome
 from domain.task import Task
-from workers.context import DurableStepContext
+from workers.context import DrainRequestedError, DurableStepContext
 from workers.lease import Command, LeasedTask
 from workers.messages import agent_message
 
@@ -28,10 +28,6 @@ class RunPolicy:
     max_pause: timedelta
     max_step_attempts: int = 5
     retry_backoff_s: float = 0.2
-
-
-class DrainRequestedError(Exception):
-    """The worker is shutting down: stop after the current commit."""
 
 
 class TaskRunner:
@@ -90,7 +86,7 @@ class TaskRunner:
 
     async def _run_one(self, index: int) -> StepOutcome:
         """Run step ``index`` with lease renewal in the background."""
-        context = DurableStepContext(self.lease, index)
+        context = DurableStepContext(self.lease, index, self.draining)
         self.step_task = asyncio.ensure_future(self.skill.steps[index](context))
         renewer = asyncio.ensure_future(self._renew_while(self.step_task))
         try:

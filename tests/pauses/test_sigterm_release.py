@@ -1,6 +1,6 @@
-"""SIGTERM on a worker mid-task: it stops claiming, gives the running step the grace period,
-cancels it, and releases the lease, so another worker resumes at once, long before the lease
-(30 s here) would have expired.
+"""SIGTERM on a worker mid-task: it stops claiming, stops the running step at its next commit
+(within the grace period), and releases the lease, so another worker resumes at once, long
+before the lease (30 s here) would have expired.
 """
 
 from __future__ import annotations
@@ -59,4 +59,6 @@ def test_sigterm_releases_the_lease_and_another_worker_resumes_at_once(
         f"release, {last_epoch1_end - claim_at:.1f}s before the {LEASE_S:.0f}s lease would have ended"
     )
     assert claim_at - release_at < 5
+    # The step stopped at its next sub-step commit (a tick is 0.3 s), not at the end of the grace.
+    assert release_at - terminated_at < cluster.settings.worker_grace_seconds
     assert claim_at < last_epoch1_end - LEASE_S / 2
