@@ -3,11 +3,15 @@
 A claim is what a worker does: the run-queue ``claimable`` query, loading the task, and
 appending ``LeaseGranted`` at the version read (one transaction with its run-queue row). Each
 timed claim takes a task submitted just before; afterwards the task is canceled, so the set of
-runnable tasks stays the same. The store first holds 1,000 paused (INPUT_REQUIRED) tasks, then
-is filled to 100,000 in the same run; the ratio of the two p99s is the figure (target <= 2).
+runnable tasks stays the same. Two stores (schemas) of the same database hold 1,000 and 100,000
+paused (INPUT_REQUIRED) tasks; claims alternate between them, so both see the same machine
+noise; the ratio of the two p99s is the figure (target <= 2).
 
-Then one ``python -m longhaul.cli worker`` process idles while every task is paused; its CPU
-time (psutil) over ``--idle-seconds`` gives CPU seconds per second, at 1,000 and 100,000 paused.
+Then one worker process (``bench.instrumented_worker``: the CLI worker with counters) idles on
+each store while every task is paused: its CPU time (psutil) over ``--idle-seconds`` gives CPU
+seconds per second, with the number of run-queue claim queries it made per second. A last
+window repeats the 100,000 case while another schema of the same database appends
+(``--foreign-rate``/s): the store's NOTIFY channel is named after the table, not the schema.
 
     uv run python -m bench.claim_latency            # 1,000 vs 100,000 paused, 300 claims each
     uv run python -m bench.claim_latency --quick    # 1,000 vs 10,000 paused, 100 claims, 3 s idle
@@ -15,7 +19,9 @@ time (psutil) over ``--idle-seconds`` gives CPU seconds per second, at 1,000 and
 
 from __future__ import annotations
 
+import json
 import tempfile
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -91,52 +97,103 @@ def analyze(database_url: str, schema: str) -> None:
             conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(table_name)))
 
 
-def time_claims(store: TaskStore, claims: int) -> dict[str, list[float]]:
-    parts: dict[str, list[float]] = {"claim": [], "query": [], "load": [], "append": [], "due_pauses": []}
+PARTS = ("claim", "query", "load", "append", "due_pauses")
+
+
+def one_claim(store: TaskStore) -> dict[str, float]:
+    """Submit a task, then claim it as a worker does; returns the seconds each part took."""
+    fresh = new_task(utc_now())
+    store.save_tasks(fresh)
+    t0 = time.perf_counter()
+    now = utc_now()
+    candidates = store.run_queue.claimable(now, 4, [("bench-noop-1", 1)])
+    t1 = time.perf_counter()
+    if candidates[:1] != [fresh.id]:
+        raise RuntimeError(f"the fresh task should head the queue, got {candidates}")
+    task = store.get(candidates[0])
+    t2 = time.perf_counter()
+    task.grant_lease(worker="bench", now=now, until=now + timedelta(seconds=30))
+    store.save_tasks(task)
+    t3 = time.perf_counter()
+    store.run_queue.due_pauses(utc_now(), 100)
+    t4 = time.perf_counter()
+    task.cancel(now=utc_now(), reason="benchmark claim done")
+    store.save_tasks(task)
+    return {"claim": t3 - t0, "query": t1 - t0, "load": t2 - t1, "append": t3 - t2, "due_pauses": t4 - t3}
+
+
+def time_claims(stores: dict[str, TaskStore], claims: int) -> dict[str, dict[str, list[float]]]:
+    """``claims`` claims per store, alternating between the stores so both see the same noise."""
+    parts: dict[str, dict[str, list[float]]] = {label: {p: [] for p in PARTS} for label in stores}
     for i in range(claims + 5):
-        fresh = new_task(utc_now())
-        store.save_tasks(fresh)
-        t0 = time.perf_counter()
-        now = utc_now()
-        candidates = store.run_queue.claimable(now, 4, [("bench-noop-1", 1)])
-        t1 = time.perf_counter()
-        if candidates[:1] != [fresh.id]:
-            raise RuntimeError(f"the fresh task should head the queue, got {candidates}")
-        task = store.get(candidates[0])
-        t2 = time.perf_counter()
-        task.grant_lease(worker="bench", now=now, until=now + timedelta(seconds=30))
-        store.save_tasks(task)
-        t3 = time.perf_counter()
-        store.run_queue.due_pauses(utc_now(), 100)
-        t4 = time.perf_counter()
-        task.cancel(now=utc_now(), reason="benchmark claim done")
-        store.save_tasks(task)
-        if i >= 5:  # the first few warm the connections and prepared statements
-            for name, value in (
-                ("claim", t3 - t0),
-                ("query", t1 - t0),
-                ("load", t2 - t1),
-                ("append", t3 - t2),
-                ("due_pauses", t4 - t3),
-            ):
-                parts[name].append(value)
+        for label, store in stores.items():
+            timing = one_claim(store)
+            if i >= 5:  # the first few warm the connections and prepared statements
+                for name, value in timing.items():
+                    parts[label][name].append(value)
     return parts
 
 
-def idle_cpu(args: Any, schema: str, workdir: Path, label: str) -> dict[str, float]:
+def read_stats(path: Path) -> dict[str, Any]:
+    for _ in range(50):
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return {}
+
+
+def foreign_appends(database_url: str, rate: float, stop: threading.Event, counter: list[int]) -> None:
+    """Submit tasks in another schema of the same database at ``rate`` per second until ``stop``."""
+    with fresh_schema(database_url, "claim_other") as other:
+        store = TaskStore(StoreConfig(database_url, schema=other, pool_size=1))
+        try:
+            while not stop.is_set():
+                store.save_tasks(new_task(utc_now()))
+                counter[0] += 1
+                stop.wait(1.0 / rate)
+        finally:
+            store.close()
+
+
+def idle_cpu(
+    args: Any, schema: str, workdir: Path, label: str, foreign_rate: float = 0.0
+) -> dict[str, float]:
+    """CPU of an idle (instrumented) worker over the window, and how often it queried the run queue.
+
+    With ``foreign_rate``, another store in another schema of the same database appends meanwhile.
+    """
+    stats_path = workdir / f"idle-{label}.stats.json"
     env = worker_env(args.database_url, schema, concurrency=8, lease_seconds=30)
-    worker = WorkerProcess(env, workdir / f"idle-{label}.log")
+    env.update({"BENCH_STATS_FILE": str(stats_path), "BENCH_STATS_EVERY": "0.5"})
+    worker = WorkerProcess(env, workdir / f"idle-{label}.log", instrumented=True)
+    stop = threading.Event()
+    counter = [0]
+    noise = threading.Thread(target=foreign_appends, args=(args.database_url, foreign_rate, stop, counter))
     try:
         worker.wait_started()
+        if foreign_rate:
+            noise.start()
         time.sleep(args.settle_seconds)
         proc = psutil.Process(worker.pid)
-        c0, t0 = proc.cpu_times(), time.monotonic()
+        s0, c0, t0, n0 = read_stats(stats_path), proc.cpu_times(), time.monotonic(), counter[0]
         time.sleep(args.idle_seconds)
-        c1, t1 = proc.cpu_times(), time.monotonic()
+        time.sleep(0.6)  # one more stats dump covers the window
+        s1, c1, t1, n1 = read_stats(stats_path), proc.cpu_times(), time.monotonic(), counter[0]
     finally:
+        stop.set()
+        if noise.is_alive():
+            noise.join(10)
         worker.stop()
     cpu = (c1.user + c1.system) - (c0.user + c0.system)
-    return {"seconds": t1 - t0, "cpu_seconds": cpu, "cpu_s_per_s": cpu / (t1 - t0)}
+    key = "run_queue.claimable.calls"
+    return {
+        "seconds": t1 - t0,
+        "cpu_seconds": cpu,
+        "cpu_s_per_s": cpu / (t1 - t0),
+        "claim_queries_per_s": (s1.get(key, 0.0) - s0.get(key, 0.0)) / (t1 - t0),
+        "foreign_appends_per_s": (n1 - n0) / (t1 - t0),
+    }
 
 
 def main() -> None:
@@ -147,6 +204,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000, help="tasks per save_tasks call when filling")
     parser.add_argument("--idle-seconds", type=float, help="idle-worker CPU window (default 10)")
     parser.add_argument("--settle-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--foreign-rate",
+        type=float,
+        default=20.0,
+        help="appends/s in another schema for the last idle window",
+    )
     args = parser.parse_args()
     args.large = args.large or (10_000 if args.quick else 100_000)
     args.claims = args.claims or (100 if args.quick else 300)
@@ -154,25 +217,32 @@ def main() -> None:
     info = machine_info(args.database_url)
 
     phases: dict[str, Any] = {}
-    with fresh_schema(args.database_url, "claim") as schema, tempfile.TemporaryDirectory() as tmp:
-        store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
+    with (
+        fresh_schema(args.database_url, "claim_small") as small_schema,
+        fresh_schema(args.database_url, "claim_large") as large_schema,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        schemas = {"small": small_schema, "large": large_schema}
+        sizes = {"small": args.small, "large": args.large}
+        stores = {
+            k: TaskStore(StoreConfig(args.database_url, schema=v, pool_size=2)) for k, v in schemas.items()
+        }
         try:
-            paused = 0
-            for label, size in (("small", args.small), ("large", args.large)):
-                fill = add_paused(store, size - paused, args.batch)
-                print(f"{size:,} paused tasks in the store (added {size - paused:,} in {fill:.1f} s)")
-                paused = size
-                analyze(args.database_url, schema)
-                parts = time_claims(store, args.claims)
-                idle = idle_cpu(args, schema, Path(tmp), label)
-                phases[label] = {
-                    "paused_tasks": size,
-                    "fill_seconds": round(fill, 2),
-                    **{name: summary_ms(values) for name, values in parts.items()},
-                    "idle_worker": idle,
-                }
+            for label, store in stores.items():
+                fill = add_paused(store, sizes[label], args.batch)
+                print(f"{sizes[label]:,} paused tasks in store '{label}' ({fill:.1f} s)")
+                analyze(args.database_url, schemas[label])
+                phases[label] = {"paused_tasks": sizes[label], "fill_seconds": round(fill, 2)}
+            parts = time_claims(stores, args.claims)
+            for label in stores:
+                phases[label].update({name: summary_ms(values) for name, values in parts[label].items()})
+                phases[label]["idle_worker"] = idle_cpu(args, schemas[label], Path(tmp), label)
+            phases["large"]["idle_worker_foreign_appends"] = idle_cpu(
+                args, schemas["large"], Path(tmp), "large-foreign", foreign_rate=args.foreign_rate
+            )
         finally:
-            store.close()
+            for store in stores.values():
+                store.close()
 
     small, large = phases["small"], phases["large"]
     ratio_p99 = large["claim"]["p99_ms"] / small["claim"]["p99_ms"]
@@ -187,7 +257,7 @@ def main() -> None:
     print(
         table(
             [
-                "part (ms)",
+                "part (ms, interleaved)",
                 f"p50 @{args.small:,}",
                 f"p99 @{args.small:,}",
                 f"p50 @{args.large:,}",
@@ -198,17 +268,34 @@ def main() -> None:
         )
     )
     print()
+    idle_rows = [
+        (f"{small['paused_tasks']:,} paused", small["idle_worker"]),
+        (f"{large['paused_tasks']:,} paused", large["idle_worker"]),
+        (
+            f"{large['paused_tasks']:,} paused + appends in another schema",
+            large["idle_worker_foreign_appends"],
+        ),
+    ]
     print(
         table(
-            ["idle worker, every task paused", "window s", "CPU s", "CPU s per s"],
+            [
+                "idle worker, every task paused",
+                "window s",
+                "CPU s",
+                "CPU s/s",
+                "claim queries/s",
+                "foreign appends/s",
+            ],
             [
                 [
-                    f"{p['paused_tasks']:,} paused",
-                    p["idle_worker"]["seconds"],
-                    p["idle_worker"]["cpu_seconds"],
-                    p["idle_worker"]["cpu_s_per_s"],
+                    name,
+                    w["seconds"],
+                    w["cpu_seconds"],
+                    w["cpu_s_per_s"],
+                    w["claim_queries_per_s"],
+                    w["foreign_appends_per_s"],
                 ]
-                for p in (small, large)
+                for name, w in idle_rows
             ],
         )
     )

@@ -3,7 +3,8 @@
 Runs exactly the CLI's worker, after wrapping a few methods with counters (no behaviour change):
 group commits (``TaskStore.save_each``: transactions, group sizes, groups split by a conflict,
 conflicts), loads (``TaskStore.get``), run-queue queries, claims (``Worker._claim``) and
-``LeasedTask.commit`` retries. On exit it writes JSON to ``$BENCH_STATS_FILE``.
+``LeasedTask.commit`` retries. On exit it writes JSON to ``$BENCH_STATS_FILE`` (and every
+``$BENCH_STATS_EVERY`` seconds while it runs, if set).
 
 ``$BENCH_WHATIF`` (comma-separated) tries a change without touching the project's code, to
 quantify a suggestion:
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError
@@ -166,12 +168,25 @@ def dump() -> None:
         return
     stats = {k: round(v, 4) for k, v in sorted(STATS.items())}
     stats["group_sizes"] = dict(sorted(GROUP_SIZES.items()))
-    with open(path, "w") as out:  # noqa: PTH123 - tiny
-        json.dump(stats, out, indent=2)
+    with LOCK:
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(json.dumps(stats, indent=2))
+        tmp.replace(path)
+
+
+def dump_every(seconds: float) -> None:
+    def loop() -> None:
+        while True:
+            time.sleep(seconds)
+            dump()
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 if __name__ == "__main__":
     install()
+    if os.environ.get("BENCH_STATS_EVERY"):
+        dump_every(float(os.environ["BENCH_STATS_EVERY"]))
     try:
         code = cli.main(["worker"])
     finally:
