@@ -18,7 +18,7 @@ BIN = Path(sys.executable).parent
 
 # `ruff format --check .` stays off until the code base has been formatted once
 # (`uv run ruff format .`); turn it on then, so that it stays formatted.
-FORMAT_CHECK_ENABLED = False
+FORMAT_CHECK_ENABLED = True
 
 
 def _tool(name: str) -> str:
