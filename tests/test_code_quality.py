@@ -16,11 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# `ruff format --check .` stays off until the code base has been formatted once
-# (`uv run ruff format .`); turn it on then, so that it stays formatted.
-FORMAT_CHECK_ENABLED = True
-
-
 def _tool(name: str) -> str:
     beside = BIN / name
     if beside.is_file():
@@ -44,7 +39,6 @@ def test_ruff_lint() -> None:
     _check("ruff", "check", "--no-fix", ".")
 
 
-@pytest.mark.skipif(not FORMAT_CHECK_ENABLED, reason="code base not formatted yet (`uv run ruff format .`)")
 def test_ruff_format() -> None:
     _check("ruff", "format", "--check", ".")
 
