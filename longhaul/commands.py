@@ -34,6 +34,9 @@ from workers.worker import Worker
 log = logging.getLogger("longhaul")
 
 SERVICES_FILE = "services.json"
+STORE_POOL_SIZE = 8
+"""Connections a process keeps open (plus as many again on demand). Store calls run in asyncio's
+default thread pool (a few threads), so more connections would only sit idle."""
 HTTP_SHUTDOWN_GRACE_S = 5
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 
@@ -142,7 +145,7 @@ async def _run_all(parts: list[Awaitable[None]], stop: asyncio.Event) -> None:
 async def gateway(settings: Settings) -> None:
     """Serve A2A over HTTP until stopped."""
     stop = _stop_event()
-    store = _open_store(settings, pool_size=10)
+    store = _open_store(settings, pool_size=STORE_POOL_SIZE)
     clock = wiring.system_clock(settings)
     try:
         sock = _listen(settings.host, settings.port)
@@ -157,7 +160,7 @@ async def gateway(settings: Settings) -> None:
 async def worker(settings: Settings) -> None:
     """Claim and run tasks until stopped, then drain."""
     stop = _stop_event()
-    store = _open_store(settings, pool_size=max(5, settings.worker_concurrency))
+    store = _open_store(settings, pool_size=STORE_POOL_SIZE)
     try:
         await _worker(settings, store, stop)
     finally:
@@ -241,7 +244,7 @@ async def up(settings: Settings) -> None:
             )
             parts.append(_serve(fake_iam_service.create_app(), iam_sock, stop))
             log.info("fake IAM at %s", settings.iam_url)
-        store = _open_store(settings, pool_size=max(10, settings.worker_concurrency))
+        store = _open_store(settings, pool_size=STORE_POOL_SIZE)
         try:
             async with _gateway_app(settings, store, wiring.system_clock(settings), port) as app:
                 url = wiring.public_url(settings, port)

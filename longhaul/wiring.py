@@ -38,7 +38,7 @@ def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0)
         database_url=settings.database_url,
         schema=settings.database_schema,
         pool_size=pool_size,
-        max_overflow=pool_size * 2,
+        max_overflow=pool_size,
         cache_size=cache_size,
     )
 

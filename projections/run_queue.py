@@ -70,6 +70,9 @@ class RunQueueRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events") -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        # One NOTIFY channel per schema: idle workers of other deployments (or tests) sharing the
+        # database are not woken by this one's appends.
+        self.channel_name = f"{datastore.schema}.{self.channel_name}"[: self.MAX_IDENTIFIER_LEN]
         self.run_queue_table = events_table_name.replace("_events", "") + "_run_queue"
         self.check_identifier_length(self.run_queue_table)
         schema, table = Identifier(datastore.schema), Identifier(self.run_queue_table)

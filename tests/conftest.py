@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import hypothesis
 import nats
 import psycopg
 import pytest
@@ -29,6 +30,13 @@ from psycopg import sql
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.eventstore import StoreConfig, TaskStore
+
+# Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
+# so that a submission's result does not depend on the draw. Failures found locally are kept in
+# ``.hypothesis/`` and replayed first.
+hypothesis.settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    hypothesis.settings.load_profile("ci")
 
 DATABASE_URL_ENV = "LONGHAUL_TEST_DATABASE_URL"
 NATS_URL_ENV = "LONGHAUL_TEST_NATS_URL"

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+
 def _tool(name: str) -> str:
     beside = BIN / name
     if beside.is_file():

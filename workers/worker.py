@@ -57,6 +57,9 @@ class Worker:
         self.runners: dict[UUID, TaskRunner] = {}
         self._slot_freed = asyncio.Event()
         self.committer = Committer(store)
+        # Claims race with other workers' claims; grouped apart from step commits, a lost claim
+        # never splits a group of step commits.
+        self.claim_committer = Committer(store)
         self._skills = [(s.name, s.version) for s in registry.all()]
         self._wakeup = Wakeup(store.config.database_url, store.recorder_channel)
 
@@ -110,7 +113,7 @@ class Worker:
             epoch = task.grant_lease(
                 worker=self.config.worker_id, now=now, until=lease_end(now, self.config.lease_seconds)
             )
-            await self.committer.save(task)
+            await self.claim_committer.save(task)
         except (ConflictError, DomainError):
             return None
         return LeasedTask(

@@ -257,14 +257,16 @@ def test_push_configs_need_a_string_id_and_url(config: dict[str, Any]) -> None:
 @given(config=st.fixed_dictionaries({"id": json_values, "url": json_values}))
 @example(config={"id": 5, "url": "https://hooks.example"})
 @example(config={"id": ["p"], "url": "https://hooks.example"})
+@example(config={"id": "0", "url": "0"})
 def test_junk_push_configs_are_refused(config: dict[str, Any]) -> None:
     task = support.given()
 
     result = outcome(task, lambda: task.set_push_config(now=LATER, config=config))
 
     if not isinstance(result, DomainError):
-        (stored,) = task.push_configs.items()
-        assert all(isinstance(value, str) for value in stored)
+        ((key, stored),) = task.push_configs.items()
+        assert isinstance(key, str)
+        assert isinstance(stored["url"], str)
 
 
 # -------------------------------------------------------------------------------- effects
