@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``longhaul`` console script."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per skill HTTP call is noise
     try:
         settings = Settings()
     except ValidationError as error:
