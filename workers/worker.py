@@ -94,20 +94,20 @@ class Worker:
         candidates = [c for c in candidates if c not in self.runners]
         # Workers read the same queue head: pick at random among it so they rarely collide.
         chosen = random.sample(candidates, min(free, len(candidates)))
-        leases = await asyncio.gather(*(self._claim(task_id) for task_id in chosen))
+        loaded = await asyncio.to_thread(self.store.get_many, chosen)  # two queries for them all
+        leases = await asyncio.gather(*(self._claim(task) for task in loaded.values()))
         for lease in leases:
             if lease is not None:
                 self._start(lease)
         return sum(lease is not None for lease in leases)
 
-    async def _claim(self, task_id: UUID) -> LeasedTask | None:
+    async def _claim(self, task: Task) -> LeasedTask | None:
         """Append ``LeaseGranted`` at the version read; ``None`` if anyone else got there first."""
         try:
-            task = await asyncio.to_thread(self.store.get, task_id)
             now = self.clock()
             if not self.registry.has(task.skill, task.skill_version):
                 log.error(
-                    "task %s needs %s v%d, not in this release", task_id, task.skill, task.skill_version
+                    "task %s needs %s v%d, not in this release", task.id, task.skill, task.skill_version
                 )
                 return None
             epoch = task.grant_lease(
