@@ -81,6 +81,7 @@ class _Pause:
     deadline: timedelta | None = None
     on_deadline: str = "fail"
     data: JSON | None = None
+    repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class AskInput(_Pause):
     The step that returns this is finished: when the answer arrives, the *next* step runs with
     the answer as ``latest_input``. ``deadline`` is measured from the commit time; ``None``
     means the service's maximum pause (``LONGHAUL_MAX_PAUSE``). ``on_deadline`` is ``"fail"``
-    or ``"cancel"``. ``data`` adds a data part to the question.
+    or ``"cancel"``. ``data`` adds a data part to the question. With ``repeat=True`` the answer
+    resumes the *same* step instead (for a step that asks again after an unusable answer).
     """
 
 

@@ -170,30 +170,50 @@ class Task(Aggregate):
             task.status_timestamp = self.timestamp
 
     class InputRequested(Event):
-        """The task asked a person for input and released its lease until ``deadline``."""
+        """The task asked a person for input and released its lease until ``deadline``.
 
-        class_version = 1
+        ``resume_step`` is where the answer resumes: ``step + 1``, or ``step`` to ask again.
+        Version 1 had no ``resume_step`` and always resumed at ``step + 1``.
+        """
+
+        class_version = 2
         epoch: int
         step: int
+        resume_step: int
         checkpoint: JSON
         question: JSON
         deadline: datetime
         on_deadline: str
+
+        @staticmethod
+        def upcast_v1_v2(state: JSON) -> None:
+            """Version 1 always resumed at the step after the one that asked."""
+            state["resume_step"] = state["step"] + 1
 
         @override
         def evolve(self, task: Task) -> None:
             task._pause(self, TaskState.INPUT_REQUIRED)
 
     class AuthRequested(Event):
-        """The task asked for credentials and released its lease until ``deadline``."""
+        """The task asked for credentials and released its lease until ``deadline``.
 
-        class_version = 1
+        ``resume_step`` is where the answer resumes: ``step + 1``, or ``step`` to ask again.
+        Version 1 had no ``resume_step`` and always resumed at ``step + 1``.
+        """
+
+        class_version = 2
         epoch: int
         step: int
+        resume_step: int
         checkpoint: JSON
         question: JSON
         deadline: datetime
         on_deadline: str
+
+        @staticmethod
+        def upcast_v1_v2(state: JSON) -> None:
+            """Version 1 always resumed at the step after the one that asked."""
+            state["resume_step"] = state["step"] + 1
 
         @override
         def evolve(self, task: Task) -> None:
@@ -455,10 +475,12 @@ class Task(Aggregate):
         deadline: datetime,
         on_deadline: str = "fail",
         auth: bool = False,
+        repeat: bool = False,
     ) -> None:
         """Finish ``step`` by pausing until a person answers or ``deadline`` passes.
 
-        Releases the lease; the answer makes the task runnable again at ``step + 1``.
+        Releases the lease; the answer makes the task runnable again at ``step + 1``, or at
+        ``step`` itself with ``repeat`` (a step that asks again after an unusable answer).
         """
         target = TaskState.AUTH_REQUIRED if auth else TaskState.INPUT_REQUIRED
         self.check_lease(epoch, now)
@@ -473,6 +495,7 @@ class Task(Aggregate):
             now,
             epoch=epoch,
             step=step,
+            resume_step=step if repeat else step + 1,
             checkpoint=checkpoint,
             question=question,
             deadline=deadline,
@@ -631,7 +654,7 @@ class Task(Aggregate):
         self.lease_until = None
 
     def _pause(self, event: Task.InputRequested | Task.AuthRequested, state: TaskState) -> None:
-        self.next_step = event.step + 1
+        self.next_step = event.resume_step
         self.checkpoint = dict(event.checkpoint)
         self.pause = {"deadline": event.deadline, "on_deadline": event.on_deadline}
         self.history.append(event.question)

@@ -154,6 +154,7 @@ class TaskRunner:
                     deadline=now + wait,
                     on_deadline=outcome.on_deadline,
                     auth=isinstance(outcome, AskAuth),
+                    repeat=outcome.repeat,
                 )
             elif isinstance(outcome, Complete):
                 for artifact in outcome.artifacts:

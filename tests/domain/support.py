@@ -138,6 +138,7 @@ def ask(
     on_deadline: str = "fail",
     auth: bool = False,
     deadline: datetime | None = None,
+    repeat: bool = False,
 ) -> Command:
     return lambda task, now: task.request_input(
         epoch=epoch,
@@ -148,6 +149,7 @@ def ask(
         deadline=deadline if deadline is not None else now + wait,
         on_deadline=on_deadline,
         auth=auth,
+        repeat=repeat,
     )
 
 

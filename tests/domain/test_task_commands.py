@@ -344,6 +344,16 @@ def test_receive_input_before_the_deadline_makes_the_task_runnable_at_the_next_s
     assert task.is_claimable_at(just_before)
 
 
+def test_an_answer_to_a_repeated_question_resumes_the_step_that_asked() -> None:
+    task = given(grant(), step(0), ask(1, repeat=True))
+
+    events = when(task, answer("still unclear"), now=at(seconds=4))
+
+    assert types(events) == ["InputReceived"]
+    assert task.next_step == 1  # the same step runs again, with the answer as latest_input
+    assert task.state == TaskState.WORKING
+
+
 @pytest.mark.parametrize("late", [timedelta(0), timedelta(seconds=1), timedelta(days=9)])
 def test_receive_input_at_or_after_the_deadline_is_refused(late: timedelta) -> None:
     task = given(grant(), ask(0))  # asked at T0+2s

@@ -231,6 +231,8 @@ def _apply(task: HarnessTask, outcome: StepOutcome) -> None:
         if task.next_step >= len(task.skill.steps):
             task.state = COMPLETED
     elif isinstance(outcome, AskInput | AskAuth):
+        if outcome.repeat:
+            task.next_step -= 1  # the answer resumes the step that asked
         task.checkpoint = _json(outcome.checkpoint)
         task.pause = outcome
         task.status_message = outcome.question

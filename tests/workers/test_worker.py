@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from domain.skill import Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
+from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
 from projections.eventstore import TaskStore
 from workers.task_runner import RunPolicy
@@ -64,8 +64,15 @@ def registry(attempts: list[int]) -> SkillRegistry:
     async def first(_: StepContext) -> StepOutcome:
         return Continue({"step": 1})
 
+    async def ask_until_ok(ctx: StepContext) -> StepOutcome:
+        text = ctx.latest_input["parts"][0].get("text")
+        if text != "ok":
+            return AskInput(question=f"say ok (not {text!r})", checkpoint=ctx.checkpoint, repeat=True)
+        return Complete(message="thanks")
+
     return SkillRegistry(
         [
+            Skill("ask-until-ok", 1, [ask_until_ok]),
             Skill("flaky", 1, [flaky]),
             Skill("unstorable", 1, [unstorable]),
             Skill("fine", 1, [first, fine]),
@@ -123,3 +130,21 @@ async def test_a_worker_claims_only_skill_versions_it_has(store: TaskStore, work
     untouched = store.get(foreign)
     assert untouched.state == "TASK_STATE_SUBMITTED"
     assert untouched.version == 1  # not even a lease was taken
+
+
+async def test_a_repeated_question_resumes_the_step_that_asked(store: TaskStore, worker: Worker) -> None:
+    task_id = _submit(store, "ask-until-ok")
+    for answer in ("no", "maybe", "ok"):
+        await _wait_for(store, lambda: store.get(task_id).state == "TASK_STATE_INPUT_REQUIRED")
+        task = store.get(task_id)
+        task.receive_input(
+            now=_clock(),
+            message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": answer}]},
+        )
+        store.save_tasks(task)
+    await _wait_for(store, lambda: store.get(task_id).is_terminal)
+
+    done = store.get(task_id)
+    assert done.state == "TASK_STATE_COMPLETED"
+    asked = [e for e in store.history(task_id) if isinstance(e, Task.InputRequested)]
+    assert [(e.step, e.resume_step) for e in asked] == [(0, 0), (0, 0), (0, 0)]

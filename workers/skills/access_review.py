@@ -26,10 +26,9 @@ ledger entry is committed before ``once`` returns, so the fact survives the retr
 the retried step walks the proposals again, gets the first N results from the ledger and applies
 only the rest.
 
-A step can only ask once for one answer: after an ``AskInput`` the *next* step runs. So the answer
-to ``ask_approval`` is read by ``apply_revocations``; if it is not ``{"approve": true|false}``,
-that step asks again, and ``write_report`` reads the second answer (applying the revocations
-itself if it approves). A second unusable answer fails the task with a message saying so.
+The answer to ``ask_approval`` is read by ``apply_revocations``, the step after it. If it is not
+``{"approve": true|false}``, that step asks again with ``AskInput(repeat=True)``, so the next
+answer resumes ``apply_revocations`` itself; every question has the approval deadline.
 """
 
 from __future__ import annotations
@@ -238,23 +237,14 @@ class AccessReview:
         if not checkpoint["proposed"]:
             return Continue({**checkpoint, "applied": []})
         decision = read_decision(ctx.latest_input)
-        if decision is None:
+        if decision is None:  # the next answer resumes this step
             return self._ask(checkpoint, again=True)
         applied = await self._apply(ctx, checkpoint) if decision else []
         return Continue({**checkpoint, "approved": decision, "applied": applied})
 
     async def write_report(self, ctx: StepContext) -> StepOutcome:
-        """Complete with the markdown report (after reading a second answer, if one was asked for)."""
+        """Complete with the markdown report."""
         checkpoint = ctx.checkpoint
-        if checkpoint["proposed"] and checkpoint.get("approved") is None:
-            decision = read_decision(ctx.latest_input)
-            if decision is None:
-                return Fail(
-                    'the system owners answered twice without a data part {"approve": true|false}; '
-                    "nothing was revoked"
-                )
-            applied = await self._apply(ctx, checkpoint) if decision else []
-            checkpoint = {**checkpoint, "approved": decision, "applied": applied}
         n_proposed, n_applied = len(checkpoint["proposed"]), len(checkpoint.get("applied", []))
         if not n_proposed:
             message = "nothing to revoke"
@@ -284,6 +274,7 @@ class AccessReview:
             deadline=None if deadline_s is None else timedelta(seconds=deadline_s),
             on_deadline="fail",
             data={"proposedRevocations": checkpoint["proposed"], "answer": {"approve": "boolean"}},
+            repeat=again,
         )
 
     async def _apply(self, ctx: StepContext, checkpoint: JSON) -> list[JSON]:
