@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
 
 import nats
 
@@ -13,22 +12,14 @@ from api.waiting import NatsWaiter
 from domain.task import Task
 from projections.eventstore import TaskStore
 from projections.subjects import NatsNames
+from tests.support.tasks import new_task
 
 FALLBACK_POLL_S = 30.0
 
 
 def _submitted(store: TaskStore) -> Task:
     now = datetime.now(UTC)
-    task = Task.submit(
-        task_id=uuid4(),
-        now=now,
-        tenant="acme",
-        context_id="c",
-        skill="echo",
-        skill_version=1,
-        message={"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-        params={},
-    )
+    task = new_task(now)
     store.save_tasks(task)
     return task
 

@@ -7,21 +7,13 @@ from uuid import uuid4
 
 from domain.task import Task
 from projections.eventstore import SNAPSHOT_INTERVAL, TaskStore
+from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def _task(store: TaskStore, checkpoints: int) -> Task:
-    task = Task.submit(
-        task_id=uuid4(),
-        now=NOW,
-        tenant="acme",
-        context_id="c",
-        skill="echo",
-        skill_version=1,
-        message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-        params={"n": checkpoints},
-    )
+    task = new_task(NOW, params={"n": checkpoints})
     store.save_tasks(task)
     if checkpoints:
         epoch = task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(hours=1))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import uuid4
 
 from eventsourcing.persistence import StoredEvent
 
 from domain.task import Task
 from projections.eventstore import TaskStore
+from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -30,16 +30,7 @@ def _as_version_1(store: TaskStore, event: Any) -> StoredEvent:
 
 
 def test_a_version_1_input_request_loads_through_its_upcaster(store: TaskStore) -> None:
-    task = Task.submit(
-        task_id=uuid4(),
-        now=NOW,
-        tenant="acme",
-        context_id="c",
-        skill="access-review",
-        skill_version=1,
-        message={"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "review"}]},
-        params={},
-    )
+    task = new_task(NOW, skill="access-review", text="review")
     epoch = task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(minutes=1))
     store.save_tasks(task)
     task.request_input(

@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import uuid4
 
 import nats
 import psycopg
@@ -17,21 +16,13 @@ from nats.js import JetStreamContext
 from domain.task import Task
 from projections.eventstore import TaskStore
 from projections.subjects import NatsNames
+from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream
 
 
 def _task_with_events(store: TaskStore, tenant: str = "acme") -> Task:
     now = datetime.now(UTC)
-    task = Task.submit(
-        task_id=uuid4(),
-        now=now,
-        tenant=tenant,
-        context_id="c",
-        skill="echo",
-        skill_version=1,
-        message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-        params={},
-    )
+    task = new_task(now, tenant=tenant)
     task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
     store.save_tasks(task)
     return task

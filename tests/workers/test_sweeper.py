@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
 
 from domain.task import Task
 from projections.eventstore import TaskStore
+from tests.support.tasks import new_task
 from workers.sweeper import Sweeper
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -24,16 +24,7 @@ class MovableClock:
 
 
 def _paused(store: TaskStore, *, deadline: timedelta, on_deadline: str = "fail") -> Task:
-    task = Task.submit(
-        task_id=uuid4(),
-        now=START,
-        tenant="acme",
-        context_id="c",
-        skill="access-review",
-        skill_version=1,
-        message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": "review"}]},
-        params={},
-    )
+    task = new_task(START, skill="access-review", text="review")
     epoch = task.grant_lease(worker="w", now=START, until=START + timedelta(seconds=30))
     task.request_input(
         epoch=epoch,

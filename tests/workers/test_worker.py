@@ -12,6 +12,7 @@ import pytest
 from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
 from projections.eventstore import TaskStore
+from tests.support.tasks import new_task
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig
 
@@ -21,16 +22,7 @@ def _clock() -> datetime:
 
 
 def _submit(store: TaskStore, skill: str, version: int = 1) -> UUID:
-    task = Task.submit(
-        task_id=uuid4(),
-        now=_clock(),
-        tenant="acme",
-        context_id="c",
-        skill=skill,
-        skill_version=version,
-        message={"messageId": str(uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]},
-        params={},
-    )
+    task = new_task(_clock(), skill=skill, version=version, text="go")
     store.save_tasks(task)
     return task.id
 
