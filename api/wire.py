@@ -24,20 +24,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from api.errors import InvalidParamsError
+from domain.states import TaskState
 
 JSON = dict[str, Any]
 
 Role = Literal["ROLE_USER", "ROLE_AGENT"]
-TaskStateName = Literal[
-    "TASK_STATE_SUBMITTED",
-    "TASK_STATE_WORKING",
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_AUTH_REQUIRED",
-    "TASK_STATE_COMPLETED",
-    "TASK_STATE_FAILED",
-    "TASK_STATE_CANCELED",
-    "TASK_STATE_REJECTED",
-]
 
 
 class WireModel(BaseModel):
@@ -106,7 +97,7 @@ class Artifact(WireModel):
 class TaskStatus(WireModel):
     """A task's state, with the agent's latest status message."""
 
-    state: TaskStateName
+    state: TaskState  # the domain's enum: its values are the A2A 1.0 spellings
     message: Message | None = None
     timestamp: StrictStr | None = None
 
