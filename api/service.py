@@ -30,8 +30,8 @@ from domain.errors import NotPausedError, PauseDeadlinePassedError, TaskTerminal
 from domain.skill import Skill, SkillRegistry, UnknownSkillError
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from projections.eventstore import ConflictError, TaskStore
-from projections.eventstore import TaskNotFoundError as StoredTaskNotFound
+from store.application import ConflictError, TaskStore
+from store.application import TaskNotFoundError as StoredTaskNotFound
 
 JSON = dict[str, Any]
 T = TypeVar("T")

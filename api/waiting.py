@@ -17,8 +17,8 @@ from uuid import UUID
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from projections.eventstore import TaskStore
 from projections.subjects import NatsNames
+from store.application import TaskStore
 
 
 class TaskWaiter(Protocol):

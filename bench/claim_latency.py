@@ -44,7 +44,7 @@ from bench.common import (
 )
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from projections.eventstore import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskStore
 
 TARGET_RATIO = 2.0
 

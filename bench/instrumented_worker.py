@@ -39,8 +39,8 @@ from eventsourcing.persistence import RecordConflictError
 from domain.task import Task
 from longhaul import cli, wiring
 from projections import eventstore
-from projections.eventstore import TaskNotFoundError, TaskStore
-from projections.run_queue import RunQueueRecorder
+from store.application import TaskNotFoundError, TaskStore
+from store.run_queue import RunQueueRecorder
 from workers.lease import LeasedTask
 from workers.worker import Worker
 

@@ -28,7 +28,7 @@ from bench.common import (
     write_results,
 )
 from domain.task import Task
-from projections.eventstore import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskStore
+from store.application import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskStore
 
 TARGET_MS = 20.0
 

@@ -46,7 +46,7 @@ from bench.common import (
 from bench.noop_skills import noop_skill_name
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from projections.eventstore import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskStore
 
 DBOS_STEPS_PER_S = 492  # BASELINE.md: DBOS Transact 3.4, 6-step workflow, sequential
 TARGET_STEPS_PER_S = 1_000

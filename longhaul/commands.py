@@ -20,14 +20,14 @@ import uvicorn
 from api.app import create_app
 from api.waiting import NatsWaiter
 from domain.clock import Clock
-from longhaul import fake_iam as fake_iam_service
 from longhaul import wiring
+from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
-from projections.eventstore import TaskNotFoundError, TaskStore
+from store.application import TaskNotFoundError, TaskStore
 from workers.relay import Relay
-from workers.release import ReleaseMismatchError, version_use
+from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.worker import Worker
 

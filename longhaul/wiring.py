@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
-from projections.eventstore import StoreConfig, TaskStore
 from projections.subjects import NatsNames
+from store.application import StoreConfig, TaskStore
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from projections.eventstore import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskStore
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
 # so that a submission's result does not depend on the draw. Failures found locally are kept in

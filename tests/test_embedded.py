@@ -25,7 +25,7 @@ import pytest
 
 from domain.task import Task
 from longhaul.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres
-from projections.eventstore import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DATABASE_URL_ENV, NATS_URL_ENV = "LONGHAUL_TEST_DATABASE_URL", "LONGHAUL_TEST_NATS_URL"

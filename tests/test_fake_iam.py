@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from longhaul.fake_iam import grants_for, running
+from longhaul.demo.fake_iam import grants_for, running
 
 
 @pytest.fixture

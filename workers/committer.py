@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 
 MAX_GROUP = 128
 

@@ -20,7 +20,7 @@ from uuid import UUID
 from domain.clock import Clock
 from domain.errors import LeaseLostError
 from domain.task import Task, lease_end
-from projections.eventstore import ConflictError, TaskStore
+from store.application import ConflictError, TaskStore
 from workers.committer import Committer
 
 MAX_CONFLICT_RETRIES = 20

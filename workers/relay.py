@@ -22,9 +22,9 @@ from nats.js.errors import NotFoundError
 from psycopg import sql
 
 from projections.event_json import dumps, event_message
-from projections.eventstore import TaskStore
-from projections.locks import advisory_key
 from projections.subjects import NatsNames
+from store.application import TaskStore
+from store.locks import advisory_key
 from workers.wakeup import Wakeup
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from uuid import UUID
 from domain.clock import Clock
 from domain.errors import DomainError
 from domain.task import Task
-from projections.eventstore import ConflictError, TaskStore
+from store.application import ConflictError, TaskStore
 from workers.messages import agent_message
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ from domain.clock import Clock
 from domain.errors import DomainError, LeaseLostError
 from domain.skill import SkillRegistry, UnknownSkillError
 from domain.task import Task, lease_end
-from projections.eventstore import ConflictError, TaskStore
+from store.application import ConflictError, TaskStore
 from workers.committer import Committer
 from workers.lease import LeasedTask
-from workers.release import check_release
+from workers.skill_versions import check_release
 from workers.task_runner import RunPolicy, TaskRunner
 from workers.wakeup import Wakeup
 

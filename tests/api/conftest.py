@@ -12,7 +12,7 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
 
 JSON = dict[str, Any]

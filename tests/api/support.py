@@ -15,7 +15,7 @@ from litestar import Litestar
 from api.service import TASK_ID_NAMESPACE
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 
 JSON = dict[str, Any]
 PUBLIC_URL = "http://gateway.test:8080"

@@ -9,7 +9,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import log_position
 
 ENDPOINT = "/a2a/jsonrpc"

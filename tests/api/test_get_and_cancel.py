@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 
 from api import wire
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import Advance, Rpc, error_of, log_position, task_id_for, user_message
 
 JSON = dict[str, Any]

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from api.service import A2AService
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import Rpc, error_of, log_position, user_message
 
 JSON = dict[str, Any]

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from api.task_wire import task_to_wire
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import FakeClock, Rpc, user_message
 
 LONG_ENOUGH_FOR_A_SNAPSHOT = 120  # the store snapshots every 100 versions

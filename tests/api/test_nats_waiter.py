@@ -13,8 +13,8 @@ from nats.aio.client import Client
 
 from api.waiting import NatsWaiter
 from domain.task import Task
-from projections.eventstore import TaskStore
 from projections.subjects import NatsNames
+from store.application import TaskStore
 from tests.support.tasks import new_task
 
 FALLBACK_POLL_S = 30.0

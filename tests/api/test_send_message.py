@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 
 from api import wire
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import (
     Advance,
     FakeClock,

@@ -10,7 +10,7 @@ from uuid import UUID
 from litestar import Litestar
 
 from api.waiting import PollingWaiter
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.api.support import Advance, Rpc, http_client, task_id_for, user_message
 
 

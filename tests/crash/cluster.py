@@ -23,7 +23,7 @@ import httpx
 
 from domain.task import Task
 from longhaul.settings import Settings
-from projections.eventstore import ConflictError, TaskStore
+from store.application import ConflictError, TaskStore
 from tests.support.processes import LonghaulProcess, free_port, settings_env, wait_for_http, wait_until
 
 JSON = dict[str, Any]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import JSON, Cluster, events, kind, of_kind, rpc, wait_for_state
 
 DAY = 86400

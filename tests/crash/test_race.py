@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import Cluster, epoch_of, events, kind, new_task
 from tests.support.processes import wait_until
 

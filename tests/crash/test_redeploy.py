@@ -15,7 +15,7 @@ import json
 import uuid
 from uuid import UUID
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import (
     Cluster,
     answer,

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 from uuid import UUID
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import (
     Cluster,
     epoch_of,

@@ -16,7 +16,7 @@ import signal
 from typing import Any
 from uuid import UUID
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import (
     Cluster,
     epoch_of,

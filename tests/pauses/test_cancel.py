@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import Cluster, events, kind, rpc, submit, wait_for_state
 from tests.support.processes import wait_until
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, submit, timestamp, wait_for_state
 from tests.support.processes import wait_until
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from longhaul.fake_iam import running
+from longhaul.demo.fake_iam import running
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from nats.js import JetStreamContext
 
 from domain.task import Task
-from projections.eventstore import TaskStore
 from projections.subjects import NatsNames
+from store.application import TaskStore
 from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream
 

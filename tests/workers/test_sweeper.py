@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.support.tasks import new_task
 from workers.sweeper import Sweeper
 

@@ -11,7 +11,7 @@ import pytest
 
 from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.support.tasks import new_task
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig

@@ -9,7 +9,7 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 
 from domain.task import Task
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domain.skill import SkillRegistry
-from projections.eventstore import TaskStore
+from store.application import TaskStore
 
 
 class ReleaseMismatchError(RuntimeError):

@@ -23,8 +23,8 @@ from eventsourcing.utils import get_topic
 from psycopg import sql
 
 from domain.task import Task
-from projections.locks import advisory_lock
-from projections.run_queue import RunQueueRecorder, RunQueueRow
+from store.locks import advisory_lock
+from store.run_queue import RunQueueRecorder, RunQueueRow
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from domain.task import Task
-from projections.eventstore import SNAPSHOT_INTERVAL, TaskStore
+from store.application import SNAPSHOT_INTERVAL, TaskStore
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
