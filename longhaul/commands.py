@@ -8,7 +8,7 @@ import json
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,14 @@ def _stop_event() -> asyncio.Event:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """Bind the listening socket first, so the app can name its real port (``port`` 0: any)."""
+    """Bind the listening socket first, so the app can name its real port (``port`` 0: any).
+
+    The protocol is named (``IPPROTO_TCP``): asyncio sets ``TCP_NODELAY`` on accepted connections
+    only when the listening socket says it is TCP, and without it every request on a keep-alive
+    connection waits about 40 ms for the client's delayed ACK.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -126,14 +131,29 @@ def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskStore:
         raise CommandError(str(error)) from error
 
 
-async def _run_all(parts: list[Awaitable[None]], stop: asyncio.Event) -> None:
-    """Run ``parts`` until ``stop``; if one fails, stop the others and re-raise."""
+async def _run_all(
+    parts: list[Awaitable[None]],
+    stop: asyncio.Event,
+    *,
+    dependencies: Sequence[Awaitable[None]] = (),
+    dependencies_stop: asyncio.Event | None = None,
+) -> None:
+    """Run ``parts`` until ``stop``; if one fails, stop the others and re-raise.
+
+    ``dependencies`` are services the parts call (the fake IAM a step talks to). They run until
+    every part has finished, draining workers included, and only then are stopped through
+    ``dependencies_stop``: a step that commits during the drain still reaches them.
+    """
+    services = [asyncio.ensure_future(d) for d in dependencies]
     tasks = [asyncio.ensure_future(p) for p in parts]
     stopper = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([*tasks, *services, stopper], return_when=asyncio.FIRST_COMPLETED)
     stop.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     stopper.cancel()
+    if dependencies_stop is not None:
+        dependencies_stop.set()
+    results += await asyncio.gather(*services, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
@@ -237,12 +257,14 @@ async def up(settings: Settings) -> None:
         gateway_sock = _listen(settings.host, settings.port)
         port = gateway_sock.getsockname()[1]
         parts: list[Awaitable[None]] = []
+        dependencies: list[Awaitable[None]] = []
+        dependencies_stop = asyncio.Event()
         if settings.iam_url is None:
             iam_sock = _listen("127.0.0.1", 0)
             settings = settings.model_copy(
                 update={"iam_url": f"http://127.0.0.1:{iam_sock.getsockname()[1]}"}
             )
-            parts.append(_serve(fake_iam_service.create_app(), iam_sock, stop))
+            dependencies.append(_serve(fake_iam_service.create_app(), iam_sock, dependencies_stop))
             log.info("fake IAM at %s", settings.iam_url)
         store = _open_store(settings, pool_size=STORE_POOL_SIZE)
         try:
@@ -258,7 +280,7 @@ async def up(settings: Settings) -> None:
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
                 )
-                await _run_all(parts, stop)
+                await _run_all(parts, stop, dependencies=dependencies, dependencies_stop=dependencies_stop)
         finally:
             store.close()
             (settings.data_dir / SERVICES_FILE).unlink(missing_ok=True)

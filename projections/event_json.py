@@ -37,6 +37,24 @@ def event_message(position: int | None, tenant: str, event: Any) -> dict[str, An
     }
 
 
+def reference_message(position: int | None, tenant: str, event: Any, *, reason: str) -> dict[str, Any]:
+    """The envelope of one event without its body, for an event NATS cannot carry.
+
+    ``body`` is ``null`` and ``bodyOmitted`` says why; the event itself is read from the log at
+    ``taskId`` and ``version`` (``longhaul history TASK_ID --json``, or the store).
+    """
+    return {
+        "position": position,
+        "taskId": str(event.originator_id),
+        "tenant": tenant,
+        "version": event.originator_version,
+        "type": type(event).__name__,
+        "time": iso(event.timestamp),
+        "body": None,
+        "bodyOmitted": reason,
+    }
+
+
 def json_default(value: Any) -> Any:
     """``json.dumps`` hook for the types events hold."""
     if isinstance(value, datetime):

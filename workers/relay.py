@@ -21,7 +21,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
-from projections.event_json import dumps, event_message
+from projections.event_json import dumps, event_message, reference_message
 from projections.subjects import NatsNames
 from store.application import TaskStore
 from store.locks import advisory_key
@@ -32,6 +32,13 @@ log = logging.getLogger(__name__)
 BATCH = 500
 DUPLICATE_WINDOW_S = 600.0
 NATS_CONNECT_S = 10.0
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+"""NATS's default ``max_payload``; the relay reads the server's own figure when it connects."""
+
+
+def header_size(headers: dict[str, str]) -> int:
+    """Bytes the headers take on the wire (``NATS/1.0`` block), which count against max_payload."""
+    return len("NATS/1.0\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 2
 
 
 async def ensure_stream(js: Any, names: NatsNames) -> None:
@@ -59,6 +66,8 @@ class Relay:
         self._table = sql.Identifier(schema, "longhaul_relay_position")
         self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
         self.published = 0
+        self.referenced = 0
+        self.max_payload = DEFAULT_MAX_PAYLOAD
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set: wait to lead, relay, and start over after any failure.
@@ -98,6 +107,7 @@ class Relay:
     async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         nc = await asyncio.wait_for(nats.connect(self.names.url, max_reconnect_attempts=-1), NATS_CONNECT_S)
+        self.max_payload = nc.max_payload
         wakeup = Wakeup(self.store.config.database_url, self.store.recorder_channel)
         wakeup.start()
         try:
@@ -131,7 +141,6 @@ class Relay:
         for notification in notifications:
             event = self.store.mapper.to_domain_event(notification)
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
-            payload = dumps(event_message(notification.id, tenant, event)).encode()
             headers = {
                 "Nats-Msg-Id": f"{self.names.stream}:{notification.id}",
                 "Longhaul-Position": str(notification.id),
@@ -139,6 +148,7 @@ class Relay:
                 "Longhaul-Version": str(event.originator_version),
                 "Longhaul-Type": type(event).__name__,
             }
+            payload = self._payload(notification.id, tenant, event, headers)
             subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
             # One at a time, each acknowledged before the next: a failed publish is retried
             # before anything after it reaches the stream, so the stream keeps commit order.
@@ -153,6 +163,35 @@ class Relay:
         )
         self.published += len(notifications)
         return position
+
+    def _payload(self, position: int, tenant: str, event: Any, headers: dict[str, str]) -> bytes:
+        """The event's message, or a reference to it when NATS cannot carry it: nothing stalls.
+
+        An event whose message (with its headers) exceeds the server's ``max_payload``, or whose
+        body cannot be encoded, goes out as its envelope with ``bodyOmitted``; readers take the
+        body from the log. Either way the stream keeps one message per event, in commit order.
+        """
+        limit = self.max_payload - header_size(headers)
+        try:
+            payload = dumps(event_message(position, tenant, event)).encode()
+        except (TypeError, ValueError) as error:
+            reason = f"the body cannot be encoded as JSON ({error}); read it from the log"
+        else:
+            if len(payload) <= limit:
+                return payload
+            reason = (
+                f"the message ({len(payload)} bytes) exceeds the NATS maximum payload "
+                f"({self.max_payload} bytes with headers); read the body from the log"
+            )
+        log.warning(
+            "task %s version %d (%s): published as a reference: %s",
+            event.originator_id,
+            event.originator_version,
+            type(event).__name__,
+            reason,
+        )
+        self.referenced += 1
+        return dumps(reference_message(position, tenant, event, reason=reason)).encode()
 
     async def _create_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(

@@ -14,10 +14,11 @@ import pytest
 from nats.js import JetStreamContext
 
 from domain.task import Task
+from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
 from store.application import TaskStore
 from tests.support.tasks import new_task
-from workers.relay import Relay, ensure_stream
+from workers.relay import Relay, ensure_stream, header_size
 
 
 def _task_with_events(store: TaskStore, tenant: str = "acme") -> Task:
@@ -131,3 +132,89 @@ async def test_only_one_relay_leads(store: TaskStore, names: NatsNames, js: JetS
     await waiting
     assert standby.published == 2
     assert len(await _stream_messages(js, names)) == 6
+
+
+def _submitted_with_text(store: TaskStore, text: str, *, now: datetime) -> Task:
+    task = new_task(now, text=text)
+    store.save_tasks(task)
+    return task
+
+
+def _wire_size(relay: Relay, store: TaskStore, task: Task, position: int) -> int:
+    """What the Submitted event of ``task`` at ``position`` takes on the wire, headers included."""
+    (event,) = [e for e in store.history(task.id) if e.originator_version == 1]
+    headers = {
+        "Nats-Msg-Id": f"{relay.names.stream}:{position}",
+        "Longhaul-Position": str(position),
+        "Longhaul-Task": str(task.id),
+        "Longhaul-Version": "1",
+        "Longhaul-Type": "Submitted",
+    }
+    return len(dumps(event_message(position, task.tenant, event)).encode()) + header_size(headers)
+
+
+async def test_an_event_bigger_than_nats_takes_is_published_as_a_reference(
+    store: TaskStore, names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SendMessage near the 1 MiB body limit makes an event NATS refuses: it must not stall."""
+    big = _submitted_with_text(store, "x" * (1024 * 1024), now=datetime.now(UTC))
+    after = _task_with_events(store)
+    relay = Relay(store=store, names=names)
+    with caplog.at_level("WARNING", logger="workers.relay"):
+        await _run_until(relay, 3)
+
+    messages = await _stream_messages(js, names)
+    assert [(m["taskId"], m["version"]) for m in messages] == [
+        (str(big.id), 1),
+        (str(after.id), 1),
+        (str(after.id), 2),
+    ]
+    reference = messages[0]
+    assert reference["body"] is None
+    assert "exceeds the NATS maximum payload" in reference["bodyOmitted"]
+    assert reference["type"] == "Submitted"
+    assert reference["_headers"]["Longhaul-Task"] == str(big.id)
+    assert all(m["body"] is not None for m in messages[1:])
+    assert relay.referenced == 1
+    assert str(big.id) in caplog.text
+
+
+async def test_an_event_exactly_at_the_servers_limit_goes_whole(
+    store: TaskStore, names: NatsNames, js: JetStreamContext
+) -> None:
+    """The size check counts headers as the server does: at the limit whole, one byte over a reference."""
+    client = await nats.connect(names.url)
+    limit = client.max_payload
+    await client.close()
+    relay = Relay(store=store, names=names)
+    relay.max_payload = limit
+    now = datetime.now(UTC)
+    sizes = {}
+    for position, over in ((1, 0), (2, 1)):
+        probe = new_task(now, text="x")
+        probe_size = _wire_size_of_unsaved(relay, probe, position)
+        text = "x" * (1 + limit - probe_size + over)
+        task = new_task(now, text=text)
+        store.save_tasks(task)
+        sizes[position] = _wire_size(relay, store, task, position)
+    assert sizes == {1: limit, 2: limit + 1}
+
+    await ensure_stream(js, names)
+    async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
+        await relay._create_table(conn)
+        assert await relay.relay_batch(js, conn, 0) == 2
+    whole, referenced = await _stream_messages(js, names)
+    assert whole["body"]["message"]["parts"][0]["text"].startswith("xxx")
+    assert referenced["body"] is None
+
+
+def _wire_size_of_unsaved(relay: Relay, task: Task, position: int) -> int:
+    (event,) = task.pending_events
+    headers = {
+        "Nats-Msg-Id": f"{relay.names.stream}:{position}",
+        "Longhaul-Position": str(position),
+        "Longhaul-Task": str(task.id),
+        "Longhaul-Version": "1",
+        "Longhaul-Type": "Submitted",
+    }
+    return len(dumps(event_message(position, task.tenant, event)).encode()) + header_size(headers)

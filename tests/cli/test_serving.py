@@ -1,0 +1,108 @@
+"""How ``longhaul`` processes serve: sockets that answer keep-alive requests without stalls, and
+a shutdown that stops the services a draining step still calls only after the step is done."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import httpx
+
+from longhaul.commands import _listen, _run_all, _serve
+from longhaul.demo import fake_iam
+
+
+class _Probe(asyncio.Protocol):
+    """Reads ``TCP_NODELAY`` off every connection asyncio accepts for the server."""
+
+    seen: asyncio.Queue[int]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        self.seen.put_nowait(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        transport.close()
+
+
+async def test_accepted_connections_have_tcp_nodelay() -> None:
+    """asyncio sets TCP_NODELAY on accepted sockets only if the listening socket names IPPROTO_TCP."""
+    sock = _listen("127.0.0.1", 0)
+    assert sock.proto == socket.IPPROTO_TCP
+    seen: asyncio.Queue[int] = asyncio.Queue()
+    _Probe.seen = seen
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Probe, sock=sock)
+    try:
+        port = sock.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        nodelay = await asyncio.wait_for(seen.get(), 5)
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert nodelay != 0
+
+
+async def test_keep_alive_requests_do_not_wait_for_a_delayed_ack() -> None:
+    """Sequential requests on one connection: each well under the 40 ms delayed-ACK stall."""
+    sock = _listen("127.0.0.1", 0)
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            await _until_serving(client)
+            for _ in range(3):  # warm up the connection and the app
+                (await client.get("/health")).raise_for_status()
+            timings = []
+            for _ in range(15):
+                started = time.perf_counter()
+                response = await client.get("/health")
+                timings.append(time.perf_counter() - started)
+                response.raise_for_status()
+    finally:
+        stop.set()
+        await serving
+    timings.sort()
+    assert timings[len(timings) // 2] < 0.025, f"median {timings[len(timings) // 2] * 1000:.1f} ms"
+
+
+async def _until_serving(client: httpx.AsyncClient) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            (await client.get("/health")).raise_for_status()
+            return
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
+
+
+async def test_services_a_step_calls_stop_after_the_workers_drained() -> None:
+    """The fake IAM must still answer a step that commits during the drain after SIGTERM."""
+    iam_sock = _listen("127.0.0.1", 0)
+    iam_url = f"http://127.0.0.1:{iam_sock.getsockname()[1]}"
+    stop, dependencies_stop = asyncio.Event(), asyncio.Event()
+    answers: list[int] = []
+
+    async def draining_worker() -> None:
+        await stop.wait()
+        await asyncio.sleep(0.3)  # the step finishes during the grace period, then calls the IAM
+        async with httpx.AsyncClient(base_url=iam_url) as client:
+            answers.append((await client.get("/health")).status_code)
+
+    async def stop_soon() -> None:
+        await asyncio.sleep(0.2)
+        stop.set()
+
+    await asyncio.wait_for(
+        _run_all(
+            [draining_worker(), stop_soon()],
+            stop,
+            dependencies=[_serve(fake_iam.create_app(), iam_sock, dependencies_stop)],
+            dependencies_stop=dependencies_stop,
+        ),
+        20,
+    )
+    assert answers == [200]
+    assert dependencies_stop.is_set()
