@@ -38,7 +38,7 @@ from eventsourcing.persistence import RecordConflictError
 
 from domain.task import Task
 from longhaul import cli, wiring
-from projections import eventstore
+from store import application as eventstore
 from store.application import TaskNotFoundError, TaskStore
 from store.run_queue import RunQueueRecorder
 from workers.lease import LeasedTask
@@ -152,7 +152,7 @@ def install() -> None:
                 STATS["committer.conflicting_tasks"] += sum(o is not None for o in outcomes)
         return outcomes
 
-    TaskStore.save = save  # type: ignore[method-assign]
+    TaskStore.save = save  # type: ignore[method-assign, assignment]
     TaskStore.save_each = save_each  # type: ignore[method-assign]
     TaskStore.get = _timed_sync("store.get", TaskStore.get)  # type: ignore[method-assign]
     for name in ("claimable", "owners", "next_lease_end"):

@@ -111,7 +111,7 @@ def plain_commits(database_url: str, schema: str, clients: int, seconds: float) 
 
     def client(index: int) -> None:
         try:
-            mine = dict(per_client[index])
+            mine: dict[uuid.UUID, int] = dict(per_client[index])
             ids = list(mine)
             with psycopg.connect(database_url) as conn:
                 start.wait()
@@ -288,7 +288,7 @@ def worker_events(store: TaskStore) -> list[tuple[str, uuid.UUID, float]]:
             break
         for notification in notifications:
             event = store.mapper.to_domain_event(notification)
-            events.append((type(event).__name__, event.originator_id, event.timestamp.timestamp()))
+            events.append((type(event).__name__, event.originator_id, event.timestamp.timestamp()))  # type: ignore[attr-defined]
         start = notifications[-1].id + 1
     return events
 
@@ -297,7 +297,9 @@ def where_time_goes(events: list[tuple[str, uuid.UUID, float]]) -> dict[str, flo
     """How busy the runners were: tasks in flight, run time per task, time between a task's steps."""
     granted: dict[uuid.UUID, float] = {}
     last_commit: dict[uuid.UUID, float] = {}
-    runs, gaps, claim_to_first = [], [], []
+    runs: list[float] = []
+    gaps: list[float] = []
+    claim_to_first: list[float] = []
     for name, task_id, ts in events:
         if name == "LeaseGranted":
             granted[task_id] = ts

@@ -44,6 +44,33 @@ NATS_URL_ENV = "LONGHAUL_TEST_NATS_URL"
 T = TypeVar("T")
 
 
+PROCESS_FOLDERS = ("crash", "e2e")
+PROCESS_FILES = ("test_code_quality.py", "test_embedded.py")
+PROCESS_FIXTURES = frozenset({"cluster"})
+SERVICE_FIXTURES = frozenset({"database_url", "nats_url"})
+
+
+def test_kind(item: pytest.Item) -> str:
+    """``process`` (starts processes), ``integration`` (PostgreSQL or NATS) or ``unit`` (neither).
+
+    Decided by folder, file and the fixtures a test uses (directly or through other fixtures),
+    so a test is a unit test exactly when it cannot reach a database, a broker or a process.
+    """
+    path = Path(str(item.path)).relative_to(Path(__file__).parent)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if path.parts[0] in PROCESS_FOLDERS or path.name in PROCESS_FILES or fixtures & PROCESS_FIXTURES:
+        return "process"
+    if fixtures & SERVICE_FIXTURES:
+        return "integration"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its kind: ``uv run pytest -m unit`` is the fast lane."""
+    for item in items:
+        item.add_marker(test_kind(item))
+
+
 def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
