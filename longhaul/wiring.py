@@ -1,4 +1,4 @@
-"""The composition root: builds the parts from ``Settings``. Nothing else reads settings."""
+"""Builds the parts from ``Settings``; only the composition root (``longhaul``) reads settings."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Wake idle workers when anything is appended, instead of polling per task.
 
-The event store sends ``NOTIFY <app>_events`` inside every append transaction; PostgreSQL
-delivers it at commit. One ``LISTEN`` connection per worker turns that into an asyncio event.
+The event store sends ``NOTIFY "<schema>.<app>_events"`` inside every append transaction (a
+channel per schema); PostgreSQL delivers it at commit. One ``LISTEN`` connection per worker
+turns that into an asyncio event.
 """
 
 from __future__ import annotations
