@@ -20,7 +20,7 @@ from domain.errors import (
     TaskTerminalError,
 )
 from domain.states import TaskState
-from domain.task import Task
+from domain.task import Pause, Task
 from tests.domain.support import (
     FIRST_MESSAGE,
     LATER,
@@ -301,7 +301,7 @@ def test_request_input_pauses_and_releases_the_lease(auth: bool, event: str, sta
     assert (task.lease_owner, task.lease_until, task.lease_epoch) == (None, None, 1)
     assert task.next_step == 2, "the answer resumes at the step after the one that asked"
     assert task.checkpoint == {"asked": 1}
-    assert task.pause == {"deadline": LATER + PAUSE, "on_deadline": "cancel"}
+    assert task.pause == Pause(deadline=LATER + PAUSE, on_deadline="cancel")
     assert task.status_message == text_message("approve?", "q-1")
     assert task.history[-1] == text_message("approve?", "q-1")
     assert not task.is_claimable_at(LATER)
