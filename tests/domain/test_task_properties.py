@@ -58,6 +58,15 @@ _FENCED_EVENTS = (
     Task.Completed,
     Task.Rejected,
 )
+_CONCRETE_BASED = (
+    Task.InputRequested,
+    Task.AuthRequested,
+    Task.Completed,
+    Task.Failed,
+    Task.Canceled,
+    Task.Rejected,
+)
+"""The events recorded under the two shared bases; the bases themselves never are."""
 _STEP_EVENTS = (Task.StepCompleted, Task.InputRequested, Task.AuthRequested)
 
 
@@ -122,8 +131,14 @@ class TaskLifecycle(RuleBasedStateMachine):
             record_statistic(type(event).__name__)
             if source in TERMINAL:
                 assert isinstance(event, Task.Expired), f"{type(event).__name__} recorded on a {source} task"
-            if isinstance(event, _FENCED_EVENTS):
+            assert not isinstance(event, Task._PauseRequested | Task._Ended) or type(event) in _CONCRETE_BASED
+            if isinstance(event, Task.Failed) and event.epoch is None:
+                assert source in INTERRUPTED, "only the sweeper fails without a lease, and only a pause"
+            if isinstance(event, _FENCED_EVENTS) or (
+                isinstance(event, Task.Failed) and event.epoch is not None
+            ):
                 assert epoch is not None
+                assert event.epoch == epoch, "the event records another epoch than its holder's"
                 assert before["state"] == TaskState.WORKING
                 assert before["lease_owner"] is not None, "committed without a lease"
                 assert epoch == before["lease_epoch"], "committed with a stale epoch"
