@@ -60,7 +60,7 @@ class Task(Aggregate):
     """One A2A task: its state, lease, checkpoint, effect ledger, pause, artifacts and history.
 
     ``class_version`` is the version of the aggregate's state as snapshots store it: version 1
-    (before 2026-12) kept ``pause`` as a dict ``{"deadline": ..., "on_deadline": ...}``.
+    (the code up to e584b81) kept ``pause`` as a dict ``{"deadline": ..., "on_deadline": ...}``.
     """
 
     class_version = 2
