@@ -9,14 +9,17 @@ event body is readable by auditors and analytics consumers without this code.
 
 One module on purpose, though longer than most: the events are nested in the aggregate (the
 ``eventsourcing`` convention), and their topics (``domain.task:Task.<Event>``) are stored in the
-log, so moving an event class would need a ``register_topic`` alias for every stored event.
+log, so moving an event class would need a ``register_topic`` alias for every stored event. The
+two shared bases (``_PauseRequested``, ``_Ended``) are never recorded themselves: only their
+subclasses are, under their own names.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -39,16 +42,47 @@ from domain.states import INTERRUPTED, RUNNABLE, TERMINAL, TaskState, can_transi
 
 JSON = dict[str, Any]
 
-ON_DEADLINE_CHOICES = ("fail", "cancel")
+OnDeadline = Literal["fail", "cancel"]
+"""What a pause does when its deadline passes unanswered."""
+
+ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("fail", "cancel")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A task waiting for a person: until ``deadline``, then it fails or cancels (``on_deadline``)."""
+
+    deadline: datetime
+    on_deadline: OnDeadline
 
 
 class Task(Aggregate):
-    """One A2A task: its state, lease, checkpoint, effect ledger, pause, artifacts and history."""
+    """One A2A task: its state, lease, checkpoint, effect ledger, pause, artifacts and history.
+
+    ``class_version`` is the version of the aggregate's state as snapshots store it: version 1
+    (the code up to e584b81) kept ``pause`` as a dict ``{"deadline": ..., "on_deadline": ...}``.
+    """
+
+    class_version = 2
 
     # ------------------------------------------------------------------ events
 
-    class Submitted(Aggregate.Created):
-        """A client submitted the task with its first message."""
+    class Event(Aggregate.Event):
+        """Base for every Task event.
+
+        ``eventsourcing`` types ``apply``'s argument as ``Any``; narrowing it here to ``Task``
+        lets every event below mutate the task with full type checking and no cast.
+        """
+
+        @override
+        def apply(self, task: Task) -> None:
+            """Mutate ``task``; overridden by every event that changes state."""
+
+    class Submitted(Event, Aggregate.Created):
+        """A client submitted the task with its first message.
+
+        Its fields are the arguments of ``Task.__init__``, which sets the whole initial state.
+        """
 
         class_version = 1
         tenant: str
@@ -57,40 +91,6 @@ class Task(Aggregate):
         skill_version: int
         message: JSON
         params: JSON
-
-        @override
-        def apply(self, aggregate: Aggregate) -> None:
-            task = _as_task(aggregate)
-            task.tenant = self.tenant
-            task.context_id = self.context_id
-            task.skill = self.skill
-            task.skill_version = self.skill_version
-            task.params = dict(self.params)
-            task.history = [self.message]
-            task.latest_input = self.message
-            task.state = TaskState.SUBMITTED
-            task.status_message = None
-            task.status_timestamp = self.timestamp
-            task.lease_owner = None
-            task.lease_epoch = 0
-            task.lease_until = None
-            task.next_step = 0
-            task.checkpoint = {}
-            task.effects = {}
-            task.artifacts = {}
-            task.pause = None
-            task.push_configs = {}
-            task.expired = False
-
-    class Event(Aggregate.Event):
-        """Base for every event after submission."""
-
-        @override
-        def apply(self, aggregate: Aggregate) -> None:
-            self.evolve(_as_task(aggregate))
-
-        def evolve(self, task: Task) -> None:
-            """Mutate the task; overridden by each event."""
 
     class LeaseGranted(Event):
         """A worker claimed the task. ``epoch`` increases on every grant: it is the fence."""
@@ -101,7 +101,7 @@ class Task(Aggregate):
         until: datetime
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.lease_owner, task.lease_epoch, task.lease_until = self.worker, self.epoch, self.until
             if task.state == TaskState.SUBMITTED:
                 task._set_state(TaskState.WORKING, None, self.timestamp)
@@ -114,7 +114,7 @@ class Task(Aggregate):
         until: datetime
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.lease_until = self.until
 
     class LeaseReleased(Event):
@@ -125,7 +125,7 @@ class Task(Aggregate):
         reason: str
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task._clear_lease()
 
     class StepCompleted(Event):
@@ -138,7 +138,7 @@ class Task(Aggregate):
         lease_until: datetime
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.next_step = self.step + 1
             task.checkpoint = dict(self.checkpoint)
             task.lease_until = self.lease_until
@@ -153,7 +153,7 @@ class Task(Aggregate):
         lease_until: datetime
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.checkpoint = dict(self.checkpoint)
             task.lease_until = self.lease_until
 
@@ -165,17 +165,19 @@ class Task(Aggregate):
         message: JSON
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.status_message = self.message
             task.status_timestamp = self.timestamp
 
-    class InputRequested(Event):
-        """The task asked a person for input and released its lease until ``deadline``.
+    class _PauseRequested(Event):
+        """Base of ``InputRequested`` and ``AuthRequested`` (never recorded itself).
 
-        ``resume_step`` is where the answer resumes: ``step + 1``, or ``step`` to ask again.
-        Version 1 had no ``resume_step`` and always resumed at ``step + 1``.
+        The task asked a person and released its lease until ``deadline``. ``resume_step`` is
+        where the answer resumes: ``step + 1``, or ``step`` to ask again. Version 1 had no
+        ``resume_step`` and always resumed at ``step + 1``.
         """
 
+        enters: ClassVar[TaskState]
         class_version = 2
         epoch: int
         step: int
@@ -183,7 +185,7 @@ class Task(Aggregate):
         checkpoint: JSON
         question: JSON
         deadline: datetime
-        on_deadline: str
+        on_deadline: OnDeadline
 
         @staticmethod
         def upcast_v1_v2(state: JSON) -> None:
@@ -191,33 +193,23 @@ class Task(Aggregate):
             state["resume_step"] = state["step"] + 1
 
         @override
-        def evolve(self, task: Task) -> None:
-            task._pause(self, TaskState.INPUT_REQUIRED)
+        def apply(self, task: Task) -> None:
+            task.next_step = self.resume_step
+            task.checkpoint = dict(self.checkpoint)
+            task.pause = Pause(deadline=self.deadline, on_deadline=self.on_deadline)
+            task.history.append(self.question)
+            task._clear_lease()
+            task._set_state(self.enters, self.question, self.timestamp)
 
-    class AuthRequested(Event):
-        """The task asked for credentials and released its lease until ``deadline``.
+    class InputRequested(_PauseRequested):
+        """The task asked a person for input (``TASK_STATE_INPUT_REQUIRED``)."""
 
-        ``resume_step`` is where the answer resumes: ``step + 1``, or ``step`` to ask again.
-        Version 1 had no ``resume_step`` and always resumed at ``step + 1``.
-        """
+        enters = TaskState.INPUT_REQUIRED
 
-        class_version = 2
-        epoch: int
-        step: int
-        resume_step: int
-        checkpoint: JSON
-        question: JSON
-        deadline: datetime
-        on_deadline: str
+    class AuthRequested(_PauseRequested):
+        """The task asked for credentials (``TASK_STATE_AUTH_REQUIRED``)."""
 
-        @staticmethod
-        def upcast_v1_v2(state: JSON) -> None:
-            """Version 1 always resumed at the step after the one that asked."""
-            state["resume_step"] = state["step"] + 1
-
-        @override
-        def evolve(self, task: Task) -> None:
-            task._pause(self, TaskState.AUTH_REQUIRED)
+        enters = TaskState.AUTH_REQUIRED
 
     class InputReceived(Event):
         """An answer arrived for a paused task; the task is runnable again."""
@@ -226,7 +218,7 @@ class Task(Aggregate):
         message: JSON
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.history.append(self.message)
             task.latest_input = self.message
             task.pause = None
@@ -242,7 +234,7 @@ class Task(Aggregate):
         last_chunk: bool
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             artifact_id = self.artifact["artifactId"]
             existing = task.artifacts.get(artifact_id)
             if self.append and existing is not None:
@@ -261,7 +253,7 @@ class Task(Aggregate):
         result: Any
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.effects[self.key] = self.result
 
     class PushConfigSet(Event):
@@ -271,7 +263,7 @@ class Task(Aggregate):
         config: JSON
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.push_configs[self.config["id"]] = dict(self.config)
 
     class PushConfigRemoved(Event):
@@ -281,53 +273,63 @@ class Task(Aggregate):
         config_id: str
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.push_configs.pop(self.config_id, None)
 
-    class Completed(Event):
-        """The last step finished; the task is immutable from here on."""
+    class _Ended(Event):
+        """Base of the four terminal events (never recorded itself).
 
+        The task enters ``enters`` with ``message`` as its status message, holds no lease and no
+        pause, and is immutable from here on.
+        """
+
+        enters: ClassVar[TaskState]
+        message: JSON | None
+
+        @override
+        def apply(self, task: Task) -> None:
+            task._clear_lease()
+            task.pause = None
+            task._set_state(self.enters, self.message, self.timestamp)
+
+    class Completed(_Ended):
+        """The last step finished."""
+
+        enters = TaskState.COMPLETED
         class_version = 1
         epoch: int
-        message: JSON | None
 
-        @override
-        def evolve(self, task: Task) -> None:
-            task._finish(TaskState.COMPLETED, self.message, self.timestamp)
+    class Failed(_Ended):
+        """The task failed: a step said so, or its pause passed the deadline.
 
-    class Failed(Event):
-        """The task failed: a step said so, or its pause passed the deadline."""
+        ``epoch`` is the failing holder's lease, or None when the sweeper failed a pause (it
+        holds no lease). Version 1 recorded no epoch.
+        """
 
+        enters = TaskState.FAILED
+        class_version = 2
+        epoch: int | None
+        reason: str
+
+        @staticmethod
+        def upcast_v1_v2(state: JSON) -> None:
+            """Version 1 did not record the failing holder's epoch."""
+            state["epoch"] = None
+
+    class Canceled(_Ended):
+        """A client canceled the task, or its pause passed a deadline that cancels (no lease)."""
+
+        enters = TaskState.CANCELED
         class_version = 1
         reason: str
-        message: JSON | None
 
-        @override
-        def evolve(self, task: Task) -> None:
-            task._finish(TaskState.FAILED, self.message, self.timestamp)
-
-    class Canceled(Event):
-        """A client canceled the task, or its pause passed a deadline that cancels."""
-
-        class_version = 1
-        reason: str
-        message: JSON | None
-
-        @override
-        def evolve(self, task: Task) -> None:
-            task._finish(TaskState.CANCELED, self.message, self.timestamp)
-
-    class Rejected(Event):
+    class Rejected(_Ended):
         """The skill refused the task."""
 
+        enters = TaskState.REJECTED
         class_version = 1
         epoch: int
         reason: str
-        message: JSON | None
-
-        @override
-        def evolve(self, task: Task) -> None:
-            task._finish(TaskState.REJECTED, self.message, self.timestamp)
 
     class Expired(Event):
         """A terminal task passed its retention time; it now answers TaskNotFound."""
@@ -336,7 +338,7 @@ class Task(Aggregate):
         reason: str
 
         @override
-        def evolve(self, task: Task) -> None:
+        def apply(self, task: Task) -> None:
             task.expired = True
 
     # ------------------------------------------------------------------ state
@@ -358,12 +360,45 @@ class Task(Aggregate):
     checkpoint: JSON
     effects: dict[str, Any]
     artifacts: dict[str, JSON]
-    pause: JSON | None
+    pause: Pause | None
     push_configs: dict[str, JSON]
     expired: bool
 
-    def __init__(self) -> None:
-        """State is set by ``Submitted.apply``; use ``Task.submit`` to create a task."""
+    def __init__(
+        self, *, tenant: str, context_id: str, skill: str, skill_version: int, message: JSON, params: JSON
+    ) -> None:
+        """The initial state, from the fields of ``Submitted``; use ``Task.submit`` to create a task.
+
+        ``eventsourcing`` calls this on every replay of ``Submitted``, after setting the id,
+        version and ``created_on`` (the event's timestamp).
+        """
+        self.tenant = tenant
+        self.context_id = context_id
+        self.skill = skill
+        self.skill_version = skill_version
+        self.params = dict(params)
+        self.history = [message]
+        self.latest_input = message
+        self.state = TaskState.SUBMITTED
+        self.status_message = None
+        self.status_timestamp = self.created_on
+        self.lease_owner = None
+        self.lease_epoch = 0
+        self.lease_until = None
+        self.next_step = 0
+        self.checkpoint = {}
+        self.effects = {}
+        self.artifacts = {}
+        self.pause = None
+        self.push_configs = {}
+        self.expired = False
+
+    @staticmethod
+    def upcast_v1_v2(state: JSON) -> None:
+        """Snapshot state of version 1 kept the pause as a dict; version 2 keeps a ``Pause``."""
+        pause = state.get("pause")
+        if pause is not None:
+            state["pause"] = Pause(deadline=pause["deadline"], on_deadline=pause["on_deadline"])
 
     # ------------------------------------------------------------------ creation
 
@@ -538,7 +573,7 @@ class Task(Aggregate):
         """A step failed the task."""
         self.check_lease(epoch, now)
         self._check_transition(TaskState.FAILED)
-        self._trigger(self.Failed, now, reason=reason, message=message)
+        self._trigger(self.Failed, now, epoch=epoch, reason=reason, message=message)
 
     def reject(self, *, epoch: int, now: datetime, reason: str, message: JSON | None) -> None:
         """The skill refused the task."""
@@ -571,10 +606,10 @@ class Task(Aggregate):
         if now < self.pause_deadline:
             raise DeadlineNotReachedError(f"task {self.id} may wait until {self.pause_deadline.isoformat()}")
         reason = f"no answer before the deadline {self.pause_deadline.isoformat()}"
-        if self.pause["on_deadline"] == "cancel":
+        if self.pause.on_deadline == "cancel":
             self._trigger(self.Canceled, now, reason=reason, message=message)
         else:
-            self._trigger(self.Failed, now, reason=reason, message=message)
+            self._trigger(self.Failed, now, epoch=None, reason=reason, message=message)
 
     def set_push_config(self, *, now: datetime, config: JSON) -> None:
         """Register or replace a push notification config (``config['id']`` is its key)."""
@@ -602,10 +637,10 @@ class Task(Aggregate):
 
     @property
     def pause_deadline(self) -> datetime:
-        """The current pause's deadline (only meaningful while paused)."""
-        assert self.pause is not None
-        deadline: datetime = self.pause["deadline"]
-        return deadline
+        """The current pause's deadline; raises ``NotPausedError`` when the task is not paused."""
+        if self.pause is None:
+            raise NotPausedError(f"task {self.id} is {self.state}, not paused")
+        return self.pause.deadline
 
     def check_lease(self, epoch: int, now: datetime) -> None:
         """The fence: raise ``LeaseLostError`` unless ``epoch`` holds a valid lease at ``now``."""
@@ -643,28 +678,9 @@ class Task(Aggregate):
         self.status_message = message
         self.status_timestamp = at
 
-    def _finish(self, state: TaskState, message: JSON | None, at: datetime) -> None:
-        """Enter a terminal state: no lease, no pause, from here on immutable."""
-        self._clear_lease()
-        self.pause = None
-        self._set_state(state, message, at)
-
     def _clear_lease(self) -> None:
         self.lease_owner = None
         self.lease_until = None
-
-    def _pause(self, event: Task.InputRequested | Task.AuthRequested, state: TaskState) -> None:
-        self.next_step = event.resume_step
-        self.checkpoint = dict(event.checkpoint)
-        self.pause = {"deadline": event.deadline, "on_deadline": event.on_deadline}
-        self.history.append(event.question)
-        self._clear_lease()
-        self._set_state(state, event.question, event.timestamp)
-
-
-def _as_task(aggregate: Aggregate) -> Task:
-    assert isinstance(aggregate, Task)
-    return aggregate
 
 
 def _check_after(moment: datetime, now: datetime, what: str) -> None:

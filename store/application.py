@@ -18,13 +18,15 @@ from uuid import UUID
 import psycopg
 from eventsourcing.application import AggregateNotFoundError, Application, project_aggregate
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import RecordConflictError, StoredEvent
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError, StoredEvent
 from eventsourcing.utils import get_topic
 from psycopg import sql
+from typing_extensions import override
 
 from domain.task import Task
 from store.locks import advisory_lock
 from store.run_queue import RunQueueRecorder, RunQueueRow
+from store.transcodings import register_domain_transcodings
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,11 @@ class TaskStore(Application[UUID]):
         with advisory_lock(config.database_url, f"longhaul-ddl:{config.schema}"):
             ensure_schema(config)
             super().__init__(env=postgres_env(config))
+
+    @override
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        register_domain_transcodings(transcoder)
 
     @property
     def run_queue(self) -> RunQueueRecorder:

@@ -15,9 +15,13 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from eventsourcing.application import Application
+from eventsourcing.persistence import JSONTranscoder
+from typing_extensions import override
 
 from domain.errors import DomainError
 from domain.task import JSON, Task
+from store.transcodings import register_domain_transcodings
 
 Command = Callable[[Task, datetime], object]
 
@@ -33,6 +37,18 @@ FIRST_MESSAGE: JSON = {
     "role": "ROLE_USER",
     "parts": [{"text": "review access"}],
 }
+
+
+class MemoryStore(Application[UUID]):
+    """An in-memory (POPO) event store with snapshots, storing state as ``TaskStore`` does."""
+
+    def __init__(self) -> None:
+        super().__init__(env={"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"})
+
+    @override
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        register_domain_transcodings(transcoder)
 
 
 def at(*, seconds: float = 0, minutes: float = 0, hours: float = 0, days: float = 0) -> datetime:

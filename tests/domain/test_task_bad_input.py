@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
 
 import pytest
-from eventsourcing.application import Application
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +21,7 @@ from domain.errors import (
 from domain.states import TaskState
 from domain.task import ON_DEADLINE_CHOICES, Task
 from tests.domain import support
-from tests.domain.support import LATER, ask, grant, state_of, text_message
+from tests.domain.support import LATER, MemoryStore, ask, grant, state_of, text_message
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -53,9 +51,7 @@ def outcome(task: Task, command: Callable[[], object]) -> list[Any] | DomainErro
 
 def stored_copy(task: Task, events: list[Any]) -> tuple[Task, Task]:
     """The task rebuilt by an in-memory store from its events, and from a snapshot."""
-    app: Application[UUID] = Application(
-        env={"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"}
-    )
+    app = MemoryStore()
     app.save(*events)
     from_events: Task = app.repository.get(task.id)
     app.take_snapshot(task.id)
@@ -88,7 +84,8 @@ def test_request_input_takes_only_future_deadlines_and_known_actions(
     valid = offset > timedelta(0) and on_deadline in ON_DEADLINE_CHOICES
     assert isinstance(result, InvalidCommandError) != valid
     if valid:
-        assert task.pause == {"deadline": LATER + offset, "on_deadline": on_deadline}
+        assert task.pause is not None
+        assert (task.pause.deadline, task.pause.on_deadline) == (LATER + offset, on_deadline)
 
 
 @FAST

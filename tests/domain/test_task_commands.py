@@ -20,7 +20,7 @@ from domain.errors import (
     TaskTerminalError,
 )
 from domain.states import TaskState
-from domain.task import Task
+from domain.task import Pause, Task
 from tests.domain.support import (
     FIRST_MESSAGE,
     LATER,
@@ -301,7 +301,7 @@ def test_request_input_pauses_and_releases_the_lease(auth: bool, event: str, sta
     assert (task.lease_owner, task.lease_until, task.lease_epoch) == (None, None, 1)
     assert task.next_step == 2, "the answer resumes at the step after the one that asked"
     assert task.checkpoint == {"asked": 1}
-    assert task.pause == {"deadline": LATER + PAUSE, "on_deadline": "cancel"}
+    assert task.pause == Pause(deadline=LATER + PAUSE, on_deadline="cancel")
     assert task.status_message == text_message("approve?", "q-1")
     assert task.history[-1] == text_message("approve?", "q-1")
     assert not task.is_claimable_at(LATER)
@@ -385,6 +385,7 @@ def test_expire_pause_after_the_deadline_ends_the_task_as_the_pause_said(
 
     assert types(events) == [event]
     assert deadline.isoformat() in events[0].reason
+    assert getattr(events[0], "epoch", None) is None, "the sweeper holds no lease"
     assert task.state == state
     assert task.status_message == text_message("nobody approved in time")
     assert task.status_timestamp == deadline + late
@@ -503,7 +504,7 @@ def test_fail_ends_the_task_with_the_reason() -> None:
     events = when(task, fail(reason="step 0 failed 3 times"))
 
     assert types(events) == ["Failed"]
-    assert events[0].reason == "step 0 failed 3 times"
+    assert (events[0].epoch, events[0].reason) == (1, "step 0 failed 3 times")
     assert task.state == TaskState.FAILED
     assert task.status_message == text_message("step 0 failed 3 times")
     assert task.lease_owner is None

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
-from eventsourcing.application import Application
 from hypothesis import HealthCheck, settings
 from hypothesis import event as record_statistic  # shown by ``pytest --hypothesis-show-statistics``
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from domain.errors import DomainError
 from domain.states import INTERRUPTED, TERMINAL, TaskState, can_transition
 from domain.task import Task
-from tests.domain.support import FIRST_MESSAGE, T0, state_of, text_message
+from tests.domain.support import FIRST_MESSAGE, T0, MemoryStore, state_of, text_message
 
 # Text without lone surrogates (not encodable as UTF-8) and too short to collide with the
 # eventsourcing JSON transcoder's "_type_"/"_data_" markers.
@@ -59,6 +58,15 @@ _FENCED_EVENTS = (
     Task.Completed,
     Task.Rejected,
 )
+_CONCRETE_BASED = (
+    Task.InputRequested,
+    Task.AuthRequested,
+    Task.Completed,
+    Task.Failed,
+    Task.Canceled,
+    Task.Rejected,
+)
+"""The events recorded under the two shared bases; the bases themselves never are."""
 _STEP_EVENTS = (Task.StepCompleted, Task.InputRequested, Task.AuthRequested)
 
 
@@ -69,9 +77,7 @@ def comparable(task: Task) -> dict[str, Any]:
 class TaskLifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.app: Application[UUID] = Application(
-            env={"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"}
-        )
+        self.app = MemoryStore()
         self.now = T0
         self.task = Task.submit(
             task_id=uuid4(),
@@ -125,8 +131,14 @@ class TaskLifecycle(RuleBasedStateMachine):
             record_statistic(type(event).__name__)
             if source in TERMINAL:
                 assert isinstance(event, Task.Expired), f"{type(event).__name__} recorded on a {source} task"
-            if isinstance(event, _FENCED_EVENTS):
+            assert not isinstance(event, Task._PauseRequested | Task._Ended) or type(event) in _CONCRETE_BASED
+            if isinstance(event, Task.Failed) and event.epoch is None:
+                assert source in INTERRUPTED, "only the sweeper fails without a lease, and only a pause"
+            if isinstance(event, _FENCED_EVENTS) or (
+                isinstance(event, Task.Failed) and event.epoch is not None
+            ):
                 assert epoch is not None
+                assert event.epoch == epoch, "the event records another epoch than its holder's"
                 assert before["state"] == TaskState.WORKING
                 assert before["lease_owner"] is not None, "committed without a lease"
                 assert epoch == before["lease_epoch"], "committed with a stale epoch"
@@ -345,7 +357,7 @@ class TaskLifecycle(RuleBasedStateMachine):
         assert task.state in TaskState.__members__.values()
         assert (task.pause is not None) == (task.state in INTERRUPTED)
         if task.pause is not None:
-            assert task.pause["on_deadline"] in {"fail", "cancel"}
+            assert task.pause.on_deadline in {"fail", "cancel"}
 
 
 TaskLifecycle.TestCase.settings = settings(
