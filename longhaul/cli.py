@@ -12,7 +12,7 @@ from uuid import UUID
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from longhaul import commands
+from longhaul import commands, wiring
 from longhaul.settings import Settings
 
 
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _dispatch(args, settings)
-    except commands.CommandError as error:
+    except (commands.CommandError, wiring.ConfigurationError) as error:
         print(f"longhaul: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

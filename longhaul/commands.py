@@ -127,7 +127,7 @@ async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock, port:
 def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskStore:
     try:
         return wiring.build_store(settings, pool_size=pool_size)
-    except RuntimeError as error:
+    except wiring.ConfigurationError as error:
         raise CommandError(str(error)) from error
 
 
@@ -233,7 +233,7 @@ async def relay(settings: Settings) -> None:
 def _names(settings: Settings) -> Any:
     try:
         return wiring.nats_names(settings)
-    except RuntimeError as error:
+    except wiring.ConfigurationError as error:
         raise CommandError(str(error)) from error
 
 

@@ -18,6 +18,10 @@ from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
 
 
+class ConfigurationError(Exception):
+    """The settings name something that cannot be built; the message says what and how to fix it."""
+
+
 def system_clock(settings: Settings) -> Clock:
     """The wall clock, moved by ``LONGHAUL_CLOCK_OFFSET_SECONDS`` (drills and tests only)."""
     offset = timedelta(seconds=settings.clock_offset_seconds)
@@ -31,7 +35,7 @@ def system_clock(settings: Settings) -> Clock:
 def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> StoreConfig:
     """Where the event store lives."""
     if settings.database_url is None:
-        raise RuntimeError(
+        raise ConfigurationError(
             "LONGHAUL_DATABASE_URL is not set (only `longhaul up` starts an embedded PostgreSQL)"
         )
     return StoreConfig(
@@ -51,7 +55,7 @@ def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) 
 def nats_names(settings: Settings) -> NatsNames:
     """The deployment's NATS URL, stream and subject prefix."""
     if settings.nats_url is None:
-        raise RuntimeError("LONGHAUL_NATS_URL is not set (only `longhaul up` starts an embedded NATS)")
+        raise ConfigurationError("LONGHAUL_NATS_URL is not set (only `longhaul up` starts an embedded NATS)")
     return NatsNames(
         url=settings.nats_url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix
     )
@@ -64,10 +68,16 @@ def build_registry(settings: Settings) -> SkillRegistry:
     """
     registry = SkillRegistry(builtin_skills(settings.iam_url))
     for module_name in settings.skill_modules:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ConfigurationError(
+                f"LONGHAUL_SKILL_MODULES: cannot import {module_name!r} ({error}); "
+                "is it on PYTHONPATH or installed?"
+            ) from error
         skills = getattr(module, "SKILLS", None)
         if not isinstance(skills, list) or not all(isinstance(s, Skill) for s in skills):
-            raise RuntimeError(
+            raise ConfigurationError(
                 f"skill module {module_name} must define SKILLS as a list of domain.skill.Skill"
             )
         for skill in skills:

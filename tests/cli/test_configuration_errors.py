@@ -1,0 +1,27 @@
+"""A skill module that cannot be used stops a command with one clear line, not a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from longhaul.cli import main
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        ("no_such_module_anywhere", "cannot import 'no_such_module_anywhere'"),
+        ("json", "must define SKILLS as a list of domain.skill.Skill"),
+    ],
+)
+def test_a_bad_skill_module_is_named(
+    module: str, says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LONGHAUL_SKILL_MODULES", f'["{module}"]')
+
+    assert main(["skills"]) == 1
+
+    err = capsys.readouterr().err
+    assert err.startswith("longhaul: ")
+    assert says in err
+    assert "Traceback" not in err
