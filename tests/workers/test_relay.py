@@ -15,12 +15,12 @@ from nats.js import JetStreamContext
 
 from domain.task import Task
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream
 
 
-def _task_with_events(store: TaskStore, tenant: str = "acme") -> Task:
+def _task_with_events(store: TaskApplication, tenant: str = "acme") -> Task:
     now = datetime.now(UTC)
     task = new_task(now, tenant=tenant)
     task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
@@ -61,7 +61,7 @@ async def _run_until(relay: Relay, count: int) -> None:
 
 
 async def test_publishes_every_event_in_commit_order_then_resumes(
-    store: TaskStore, names: NatsNames, js: JetStreamContext
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     first, second = _task_with_events(store), _task_with_events(store, tenant="other co")
     relay = Relay(store=store, names=names)
@@ -89,7 +89,7 @@ async def test_publishes_every_event_in_commit_order_then_resumes(
 
 
 async def test_republishing_after_a_crash_is_deduplicated(
-    store: TaskStore, names: NatsNames, js: JetStreamContext
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     _task_with_events(store)
     relay = Relay(store=store, names=names)
@@ -103,7 +103,7 @@ async def test_republishing_after_a_crash_is_deduplicated(
     assert len(messages) == 2
 
 
-async def test_only_one_relay_leads(store: TaskStore, names: NatsNames, js: JetStreamContext) -> None:
+async def test_only_one_relay_leads(store: TaskApplication, names: NatsNames, js: JetStreamContext) -> None:
     _task_with_events(store)
     leader, standby = Relay(store=store, names=names), Relay(store=store, names=names)
     stop_leader, stop_standby = asyncio.Event(), asyncio.Event()
