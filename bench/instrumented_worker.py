@@ -38,7 +38,7 @@ from eventsourcing.persistence import RecordConflictError
 
 from domain.task import Task
 from longhaul import cli, wiring
-from projections import eventstore
+from store import application as eventstore
 from store.application import TaskApplication, TaskNotFoundError
 from store.run_queue import RunQueueRecorder
 from workers.lease import LeasedTask
