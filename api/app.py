@@ -27,7 +27,7 @@ from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
-from store.application import TaskStore
+from store.application import TaskApplication
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest JSON-RPC request body accepted (1 MiB); a larger one gets an error, never a 500."""
@@ -72,7 +72,7 @@ def _respond(answer: RpcAnswer) -> Response[bytes]:
 
 def create_app(
     *,
-    store: TaskStore,
+    store: TaskApplication,
     registry: SkillRegistry,
     clock: Clock,
     default_skill: str,

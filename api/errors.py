@@ -5,12 +5,16 @@ an ``ErrorInfo`` reason (``google.rpc.ErrorInfo``, domain ``a2a-protocol.org``).
 error type in UPPER_SNAKE_CASE without the ``Error`` suffix, as the specification names it; the
 JSON-RPC standard errors follow the same rule. An error object has exactly ``code``, ``message``
 and ``data`` (the A2A TCK checks that no other member appears).
+
+``a2a_error_of`` translates the application's refusals (``store.errors``) into these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, ClassVar
+
+from store import errors as application
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
@@ -117,3 +121,22 @@ class VersionNotSupportedError(A2AError):
 
     code, reason, http_status = -32009, "VERSION_NOT_SUPPORTED", 400
     default_message = "A2A version not supported"
+
+
+KEPT_CHANGING = "the task kept changing while this request ran; retry it"
+
+
+def a2a_error_of(error: application.ApplicationError | application.ConflictError) -> A2AError:
+    """The A2A error a refusal of the application answers with (its message as the application's).
+
+    A lost race that outlived every retry is an internal error the client may retry.
+    """
+    if isinstance(error, application.TaskNotFoundError):  # missing, another tenant's, or expired
+        return TaskNotFoundError(str(error))
+    if isinstance(error, application.ContextMismatchError):
+        return InvalidParamsError(str(error))
+    if isinstance(error, application.TaskIdCollisionError):
+        return InternalError(str(error))
+    if isinstance(error, application.ConflictError):
+        return InternalError(KEPT_CHANGING)
+    return InternalError()

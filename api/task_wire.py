@@ -1,4 +1,4 @@
-"""The domain ``Task`` as an A2A 1.0 wire ``Task`` (JSON), and the agent messages we write.
+"""The domain ``Task`` as an A2A 1.0 wire ``Task`` (JSON).
 
 Every field comes from the aggregate, which is rebuilt from the task's events only, so what a
 client sees is always a state the log holds.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import NAMESPACE_URL, uuid5
 
 from domain.task import Task
 
@@ -24,17 +24,6 @@ def iso_millis(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def agent_message(text: str, *, task_id: UUID, context_id: str, message_id: str) -> JSON:
-    """An agent message in wire shape, addressed to one task."""
-    return {
-        "messageId": message_id,
-        "role": "ROLE_AGENT",
-        "parts": [{"text": text}],
-        "taskId": str(task_id),
-        "contextId": context_id,
-    }
 
 
 def task_to_wire(task: Task, *, history_length: int | None = None) -> JSON:

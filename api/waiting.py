@@ -18,7 +18,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import TaskApplication
 
 
 class TaskWaiter(Protocol):
@@ -39,7 +39,7 @@ class TaskWaiter(Protocol):
 class PollingWaiter:
     """Polls the task's newest version in the log: first at once, then with doubling delays."""
 
-    def __init__(self, store: TaskStore, *, first_delay: float = 0.005, max_delay: float = 0.2) -> None:
+    def __init__(self, store: TaskApplication, *, first_delay: float = 0.005, max_delay: float = 0.2) -> None:
         self._store = store
         self._first_delay = first_delay
         self._max_delay = max_delay
@@ -70,7 +70,7 @@ class NatsWaiter:
     """
 
     def __init__(
-        self, client: NatsClient, names: NatsNames, store: TaskStore, *, fallback_poll: float = 1.0
+        self, client: NatsClient, names: NatsNames, store: TaskApplication, *, fallback_poll: float = 1.0
     ) -> None:
         self._client = client
         self._names = names

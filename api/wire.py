@@ -102,7 +102,7 @@ class TaskStatus(WireModel):
     timestamp: StrictStr | None = None
 
 
-class Task(WireModel):
+class WireTask(WireModel):
     """A task as GetTask and SendMessage return it."""
 
     id: StrictStr

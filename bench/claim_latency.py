@@ -44,7 +44,7 @@ from bench.common import (
 )
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 
 TARGET_RATIO = 2.0
 
@@ -62,7 +62,7 @@ def new_task(now: Any) -> Task:
     )
 
 
-def add_paused(store: TaskStore, count: int, batch: int) -> float:
+def add_paused(store: TaskApplication, count: int, batch: int) -> float:
     """Save ``count`` tasks paused in INPUT_REQUIRED (submitted, leased, asked), ``batch`` per call."""
     with Stopwatch() as sw:
         done = 0
@@ -100,7 +100,7 @@ def analyze(database_url: str, schema: str) -> None:
 PARTS = ("claim", "query", "load", "append", "due_pauses")
 
 
-def one_claim(store: TaskStore) -> dict[str, float]:
+def one_claim(store: TaskApplication) -> dict[str, float]:
     """Submit a task, then claim it as a worker does; returns the seconds each part took."""
     fresh = new_task(utc_now())
     store.save_tasks(fresh)
@@ -122,7 +122,7 @@ def one_claim(store: TaskStore) -> dict[str, float]:
     return {"claim": t3 - t0, "query": t1 - t0, "load": t2 - t1, "append": t3 - t2, "due_pauses": t4 - t3}
 
 
-def time_claims(stores: dict[str, TaskStore], claims: int) -> dict[str, dict[str, list[float]]]:
+def time_claims(stores: dict[str, TaskApplication], claims: int) -> dict[str, dict[str, list[float]]]:
     """``claims`` claims per store, alternating between the stores so both see the same noise."""
     parts: dict[str, dict[str, list[float]]] = {label: {p: [] for p in PARTS} for label in stores}
     for i in range(claims + 5):
@@ -146,7 +146,7 @@ def read_stats(path: Path) -> dict[str, Any]:
 def foreign_appends(database_url: str, rate: float, stop: threading.Event, counter: list[int]) -> None:
     """Submit tasks in another schema of the same database at ``rate`` per second until ``stop``."""
     with fresh_schema(database_url, "claim_other") as other:
-        store = TaskStore(StoreConfig(database_url, schema=other, pool_size=1))
+        store = TaskApplication(StoreConfig(database_url, schema=other, pool_size=1))
         try:
             while not stop.is_set():
                 store.save_tasks(new_task(utc_now()))
@@ -225,7 +225,8 @@ def main() -> None:
         schemas = {"small": small_schema, "large": large_schema}
         sizes = {"small": args.small, "large": args.large}
         stores = {
-            k: TaskStore(StoreConfig(args.database_url, schema=v, pool_size=2)) for k, v in schemas.items()
+            k: TaskApplication(StoreConfig(args.database_url, schema=v, pool_size=2))
+            for k, v in schemas.items()
         }
         try:
             for label, store in stores.items():

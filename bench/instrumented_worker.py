@@ -1,8 +1,8 @@
 """``longhaul worker`` with counters and timers around the hot paths (profiling aid, bench only).
 
 Runs exactly the CLI's worker, after wrapping a few methods with counters (no behaviour change):
-group commits (``TaskStore.save_each``: transactions, group sizes, groups split by a conflict,
-conflicts), loads (``TaskStore.get``), run-queue queries, claims (``Worker._claim``) and
+group commits (``TaskApplication.save_each``: transactions, group sizes, groups split by a conflict,
+conflicts), loads (``TaskApplication.get``), run-queue queries, claims (``Worker._claim``) and
 ``LeasedTask.commit`` retries. On exit it writes JSON to ``$BENCH_STATS_FILE`` (and every
 ``$BENCH_STATS_EVERY`` seconds while it runs, if set).
 
@@ -39,7 +39,7 @@ from eventsourcing.persistence import RecordConflictError
 from domain.task import Task
 from longhaul import cli, wiring
 from store import application as eventstore
-from store.application import TaskNotFoundError, TaskStore
+from store.application import TaskApplication, TaskNotFoundError
 from store.run_queue import RunQueueRecorder
 from workers.lease import LeasedTask
 from workers.worker import Worker
@@ -101,7 +101,7 @@ def install_what_ifs(names: set[str]) -> None:
         eventstore.postgres_env = postgres_env
     if "plain-projector" in names:
 
-        def get(self: TaskStore, task_id: Any, version: int | None = None) -> Task:
+        def get(self: TaskApplication, task_id: Any, version: int | None = None) -> Task:
             try:
                 task = self.repository.get(task_id, version=version, projector_func=plain_projector)
             except AggregateNotFoundError as error:
@@ -109,11 +109,11 @@ def install_what_ifs(names: set[str]) -> None:
             assert isinstance(task, Task)
             return task
 
-        TaskStore.get = get  # type: ignore[method-assign]
+        TaskApplication.get = get  # type: ignore[method-assign]
     if "cache" in names:
         original_build = wiring.build_store
 
-        def build_store(settings: Any, *, pool_size: int = 5, cache_size: int = 0) -> TaskStore:
+        def build_store(settings: Any, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
             return original_build(settings, pool_size=pool_size, cache_size=1024)
 
         wiring.build_store = build_store
@@ -126,9 +126,9 @@ def install_what_ifs(names: set[str]) -> None:
 
 def install() -> None:
     install_what_ifs({n.strip() for n in os.environ.get("BENCH_WHATIF", "").split(",") if n.strip()})
-    original_save = TaskStore.save
+    original_save = TaskApplication.save
 
-    def save(self: TaskStore, *objs: Any, **kwargs: Any) -> Any:
+    def save(self: TaskApplication, *objs: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
             return original_save(self, *objs, **kwargs)
@@ -138,9 +138,9 @@ def install() -> None:
         finally:
             _count("store.save (one transaction)", time.perf_counter() - t0)
 
-    original_save_each = TaskStore.save_each
+    original_save_each = TaskApplication.save_each
 
-    def save_each(self: TaskStore, *tasks: Any) -> Any:
+    def save_each(self: TaskApplication, *tasks: Any) -> Any:
         with LOCK:
             GROUP_SIZES[len(tasks)] += 1
         t0 = time.perf_counter()
@@ -152,9 +152,9 @@ def install() -> None:
                 STATS["committer.conflicting_tasks"] += sum(o is not None for o in outcomes)
         return outcomes
 
-    TaskStore.save = save  # type: ignore[method-assign, assignment]
-    TaskStore.save_each = save_each  # type: ignore[method-assign]
-    TaskStore.get = _timed_sync("store.get", TaskStore.get)  # type: ignore[method-assign]
+    TaskApplication.save = save  # type: ignore[method-assign, assignment]
+    TaskApplication.save_each = save_each  # type: ignore[method-assign]
+    TaskApplication.get = _timed_sync("store.get", TaskApplication.get)  # type: ignore[method-assign]
     for name in ("claimable", "owners", "next_lease_end"):
         setattr(RunQueueRecorder, name, _timed_sync(f"run_queue.{name}", getattr(RunQueueRecorder, name)))
     Worker._claim = _timed_async("worker._claim", Worker._claim)  # type: ignore[method-assign]

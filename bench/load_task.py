@@ -1,4 +1,4 @@
-"""Load (``TaskStore.get``) a task with ~10,000 events, with snapshots against a full replay.
+"""Load (``TaskApplication.get``) a task with ~10,000 events, with snapshots against a full replay.
 
 The store snapshots every 100 versions, so a load reads one snapshot and at most 99 events.
 Two tasks are built: one whose head is a snapshot (10,000 events) and one 99 events past its
@@ -28,12 +28,12 @@ from bench.common import (
     write_results,
 )
 from domain.task import Task
-from store.application import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskStore
+from store.application import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskApplication
 
 TARGET_MS = 20.0
 
 
-class ReplayTaskStore(TaskStore):
+class ReplayTaskApplication(TaskApplication):
     """The same store with its snapshot store switched off: every load replays every event."""
 
     name = APP_NAME  # the library names tables after the application; keep the same tables
@@ -43,7 +43,7 @@ class ReplayTaskStore(TaskStore):
         self.repository.snapshot_store = None
 
 
-class PlainProjectorTaskStore(TaskStore):
+class PlainProjectorTaskApplication(TaskApplication):
     """What-if: the same store, replaying without the library's per-event Protocol ``isinstance``.
 
     ``eventsourcing.application.project_aggregate`` runs ``assert isinstance(event,
@@ -65,7 +65,7 @@ def plain_projector(aggregate: Any, events: Iterable[Any]) -> Any:
     return aggregate
 
 
-def build_task(store: TaskStore, events: int, batch: int) -> tuple[uuid.UUID, float]:
+def build_task(store: TaskApplication, events: int, batch: int) -> tuple[uuid.UUID, float]:
     """A task with exactly ``events`` events (lease extensions and progress under one lease)."""
     start = utc_now()
     clock = iter(start + timedelta(microseconds=i) for i in range(events + 10))
@@ -101,7 +101,7 @@ def build_task(store: TaskStore, events: int, batch: int) -> tuple[uuid.UUID, fl
     return task.id, sw.seconds
 
 
-def time_loads(store: TaskStore, task_id: uuid.UUID, loads: int, version: int) -> list[float]:
+def time_loads(store: TaskApplication, task_id: uuid.UUID, loads: int, version: int) -> list[float]:
     store.get(task_id)  # warm: connection, prepared statements
     durations = []
     for _ in range(loads):
@@ -128,10 +128,10 @@ def main() -> None:
 
     with fresh_schema(args.database_url, "load") as schema:
         config = StoreConfig(args.database_url, schema=schema, pool_size=2)
-        store = TaskStore(config)
-        replay = ReplayTaskStore(config)
-        plain = PlainProjectorTaskStore(config)
-        cached = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2, cache_size=16))
+        store = TaskApplication(config)
+        replay = ReplayTaskApplication(config)
+        plain = PlainProjectorTaskApplication(config)
+        cached = TaskApplication(StoreConfig(args.database_url, schema=schema, pool_size=2, cache_size=16))
         try:
             head_events = args.events
             tail_events = args.events + SNAPSHOT_INTERVAL - 1
@@ -142,7 +142,7 @@ def main() -> None:
                 f"{head_build:.1f} s and {tail_build:.1f} s "
                 f"({(head_events + tail_events) / (head_build + tail_build):,.0f} events/s incl. snapshots)"
             )
-            cases: list[tuple[str, TaskStore, uuid.UUID, int, int]] = [
+            cases: list[tuple[str, TaskApplication, uuid.UUID, int, int]] = [
                 ("snapshot at head", store, head_id, head_events, args.loads),
                 (
                     f"snapshot + {SNAPSHOT_INTERVAL - 1} events (worst case)",

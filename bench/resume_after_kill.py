@@ -29,12 +29,12 @@ from typing import Any
 from bench.common import base_parser, fresh_schema, machine_info, table, utc_now, write_results
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 
 SLACK_S = 1.0
 
 
-def submit_slow(store: TaskStore) -> uuid.UUID:
+def submit_slow(store: TaskApplication) -> uuid.UUID:
     task = Task.submit(
         task_id=uuid.uuid4(),
         now=utc_now(),
@@ -49,7 +49,7 @@ def submit_slow(store: TaskStore) -> uuid.UUID:
     return task.id
 
 
-def events_of(store: TaskStore, task_id: uuid.UUID) -> list[Any]:
+def events_of(store: TaskApplication, task_id: uuid.UUID) -> list[Any]:
     return list(store.history(task_id))
 
 
@@ -70,7 +70,7 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
 
 
 def one_run(
-    args: Any, store: TaskStore, schema: str, workdir: Path, lease: float, mode: str, n: int
+    args: Any, store: TaskApplication, schema: str, workdir: Path, lease: float, mode: str, n: int
 ) -> dict[str, Any]:
     env = worker_env(args.database_url, schema, concurrency=4, lease_seconds=lease)
     task_id = submit_slow(store)
@@ -152,7 +152,7 @@ def main() -> None:
 
     runs: list[dict[str, Any]] = []
     with fresh_schema(args.database_url, "resume") as schema, tempfile.TemporaryDirectory() as tmp:
-        store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
+        store = TaskApplication(StoreConfig(args.database_url, schema=schema, pool_size=2))
         try:
             for lease in args.leases:
                 for mode in args.modes:

@@ -46,7 +46,7 @@ from bench.common import (
 from bench.noop_skills import noop_skill_name
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 
 DBOS_STEPS_PER_S = 492  # BASELINE.md: DBOS Transact 3.4, 6-step workflow, sequential
 TARGET_STEPS_PER_S = 1_000
@@ -171,7 +171,7 @@ def run_baseline(args: argparse.Namespace, schema: str, label: str) -> list[dict
 # --------------------------------------------------------------------------- longhaul run
 
 
-def submit_tasks(store: TaskStore, count: int, skill: str, batch: int) -> list[uuid.UUID]:
+def submit_tasks(store: TaskApplication, count: int, skill: str, batch: int) -> list[uuid.UUID]:
     ids = []
     pending: list[Task] = []
     for _ in range(count):
@@ -268,7 +268,7 @@ class PgSampler(threading.Thread):
         return {k: round(v / n, 3) for k, v in self.counts.most_common(20)}
 
 
-def worker_events(store: TaskStore) -> list[tuple[str, uuid.UUID, float]]:
+def worker_events(store: TaskApplication) -> list[tuple[str, uuid.UUID, float]]:
     """``(event class, task id, timestamp)`` of every worker-side event, in log order."""
     topics = [
         get_topic(cls)
@@ -346,7 +346,7 @@ def start_workers(args: argparse.Namespace, schema: str, workdir: Path) -> list[
 
 
 def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[str, Any]:
-    store = TaskStore(StoreConfig(args.database_url, schema=schema, pool_size=2))
+    store = TaskApplication(StoreConfig(args.database_url, schema=schema, pool_size=2))
     skill = noop_skill_name(args.steps)
     monitor = psycopg.connect(args.database_url, autocommit=True)  # opened before the workers take theirs
     workers = start_workers(args, schema, workdir)

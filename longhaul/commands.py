@@ -25,7 +25,7 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
-from store.application import TaskNotFoundError, TaskStore
+from store.application import TaskApplication, TaskNotFoundError
 from workers.relay import Relay
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
@@ -95,7 +95,9 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock, port: int) -> AsyncIterator[Any]:
+async def _gateway_app(
+    settings: Settings, store: TaskApplication, clock: Clock, port: int
+) -> AsyncIterator[Any]:
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS)."""
     registry = wiring.build_registry(settings)
     client = None
@@ -124,7 +126,7 @@ async def _gateway_app(settings: Settings, store: TaskStore, clock: Clock, port:
             await client.close()
 
 
-def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskStore:
+def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
     try:
         return wiring.build_store(settings, pool_size=pool_size)
     except wiring.ConfigurationError as error:
@@ -187,7 +189,7 @@ async def worker(settings: Settings) -> None:
         store.close()
 
 
-async def _worker(settings: Settings, store: TaskStore, stop: asyncio.Event) -> None:
+async def _worker(settings: Settings, store: TaskApplication, stop: asyncio.Event) -> None:
     process = Worker(
         store=store,
         registry=wiring.build_registry(settings),
@@ -211,7 +213,7 @@ async def sweeper(settings: Settings) -> None:
         store.close()
 
 
-def _sweeper(settings: Settings, store: TaskStore) -> Sweeper:
+def _sweeper(settings: Settings, store: TaskApplication) -> Sweeper:
     return Sweeper(
         store=store,
         clock=wiring.system_clock(settings),
@@ -312,7 +314,7 @@ def _write_services_file(settings: Settings, url: str) -> None:
 
 
 @contextlib.contextmanager
-def _store_for_reading(settings: Settings) -> Iterator[TaskStore]:
+def _store_for_reading(settings: Settings) -> Iterator[TaskApplication]:
     """The store: at the configured URL, else at a running ``up``'s, else an embedded one."""
     with ExitStack() as services:
         if settings.database_url is None:

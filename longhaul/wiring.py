@@ -12,7 +12,7 @@ from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
 from projections.subjects import NatsNames
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
@@ -47,9 +47,9 @@ def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0)
     )
 
 
-def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskStore:
+def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
     """Open the event store (creating its tables on first use)."""
-    return TaskStore(store_config(settings, pool_size=pool_size, cache_size=cache_size))
+    return TaskApplication(store_config(settings, pool_size=pool_size, cache_size=cache_size))
 
 
 def nats_names(settings: Settings) -> NatsNames:

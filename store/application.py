@@ -1,19 +1,29 @@
-"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3).
+"""The task application: the event store (``eventsourcing`` over psycopg 3) and the task use cases.
 
 Every save is one transaction that appends the events (version-checked by the
 ``(originator_id, originator_version)`` primary key) and writes the run-queue rows derived from
-them. A lost race surfaces as ``ConflictError`` (reload and retry); the domain's
-``LeaseLostError`` is raised by the command itself after a reload, and stops the caller.
+them. A lost race surfaces as ``ConflictError``; the use cases retry it after reloading, through
+the one executor of ``store.retry``. The domain's ``LeaseLostError`` is raised by the command
+itself after a reload, and stops the caller.
+
+The use cases, by caller: the gateway's ``submit``, ``answer``, ``cancel``, ``get_visible``,
+``set_push_config`` and ``remove_push_config``; the sweeper's ``end_pause`` and ``expire``; the
+worker's ``claim`` and ``commit_leased``. Domain errors propagate from them; the application's
+own refusals are in ``store.errors`` (among them the two ways an answer finds a task not waiting
+for it, which carry the task's state or deadline for the caller's message).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
-from uuid import UUID
+from uuid import UUID, uuid4, uuid5
 
 import psycopg
 from eventsourcing.application import AggregateNotFoundError, Application, project_aggregate
@@ -23,8 +33,23 @@ from eventsourcing.utils import get_topic
 from psycopg import sql
 from typing_extensions import override
 
+from domain.clock import Clock
+from domain.errors import NotPausedError, PauseDeadlinePassedError
+from domain.skill import Skill
+from domain.states import TaskState
 from domain.task import Task
+from store.errors import (
+    AnswerTooLateError,
+    ContextMismatchError,
+    NotWaitingForInputError,
+    TaskExpiredError,
+    TaskIdCollisionError,
+)
+from store.errors import ConflictError as ConflictError  # noqa: PLC0414 - re-exported for importers
+from store.errors import TaskNotFoundError as TaskNotFoundError  # noqa: PLC0414 - re-exported for importers
 from store.locks import advisory_lock
+from store.messages import agent_message
+from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueueRecorder, RunQueueRow
 from store.transcodings import register_domain_transcodings
 
@@ -33,13 +58,17 @@ log = logging.getLogger(__name__)
 APP_NAME = "longhaul"
 SNAPSHOT_INTERVAL = 100
 
+JSON = dict[str, Any]
 
-class ConflictError(Exception):
-    """Someone appended to one of the saved tasks first. Reload, re-check and retry."""
+TASK_ID_NAMESPACE = UUID("6f0d5b8e-3a4c-5d7e-9b1a-2c3d4e5f6a7b")
+"""Fixed namespace of task ids: ``uuid5(TASK_ID_NAMESPACE, f"{tenant}\\n{messageId}")``.
 
+Deriving the id from the first message's id makes a resend of that message find the task it
+created instead of creating a second one. Never change it: existing ids would stop matching.
+"""
 
-class TaskNotFoundError(LookupError):
-    """No task has this id (in this store)."""
+CANCEL_REASON = "canceled by the client"
+CANCEL_TEXT = "Canceled by the client."
 
 
 @dataclass(frozen=True)
@@ -96,8 +125,8 @@ def ensure_schema(config: StoreConfig) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(config.schema)))
 
 
-class TaskStore(Application[UUID]):
-    """The Task event store with its inline run queue."""
+class TaskApplication(Application[UUID]):
+    """The Task event store with its inline run queue, and the task use cases."""
 
     name = APP_NAME
     snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}
@@ -228,3 +257,213 @@ class TaskStore(Application[UUID]):
     def close(self) -> None:
         """Release the connection pool."""
         super().close()
+
+    # ------------------------------------------------------------------ the gateway's use cases
+
+    def submit(self, *, tenant: str, message: JSON, skill: Skill, params: JSON, clock: Clock) -> Task:
+        """Start a task for a client's first ``message``, or answer a resend with the task it started.
+
+        The task id derives from tenant and ``messageId`` (``task_id_for``). The task is saved
+        without reading first: the append itself finds an existing task (a resend, or the same
+        message sent concurrently by a caller that won), which is then loaded and checked.
+
+        Args:
+            tenant: The caller's tenant.
+            message: The client's message in wire shape (``messageId``, optional ``contextId``).
+            skill: The skill version the task is pinned to.
+            params: The skill's parameters.
+            clock: The time of the submission.
+
+        Raises:
+            TaskExpiredError: A resend of a task that expired.
+            ContextMismatchError: A resend naming another context than its task's.
+            TaskIdCollisionError: The derived id names a task another message started.
+        """
+        task_id = task_id_for(tenant, message["messageId"])
+        context_id = message.get("contextId") or str(uuid4())
+        task = Task.submit(
+            task_id=task_id,
+            now=clock(),
+            tenant=tenant,
+            context_id=context_id,
+            skill=skill.name,
+            skill_version=skill.version,
+            message={**message, "taskId": str(task_id), "contextId": context_id},
+            params=params,
+        )
+        try:
+            self.save_tasks(task)
+        except ConflictError:
+            return self._resent(self.get(task_id), tenant=tenant, message=message)
+        return task
+
+    def get_visible(self, task_id: UUID, *, tenant: str) -> Task:
+        """The task, if it exists for ``tenant`` and has not expired.
+
+        Raises:
+            TaskNotFoundError: No such task for this tenant (another tenant's is never told apart).
+            TaskExpiredError: The task expired.
+        """
+        try:
+            task = self.get(task_id)
+        except TaskNotFoundError:
+            task = None
+        if task is None or task.tenant != tenant:
+            raise TaskNotFoundError(f"task {str(task_id)!r} not found")
+        if task.expired:
+            raise TaskExpiredError(task_id)
+        return task
+
+    def answer(self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock) -> Task:
+        """Append a client's answer to a paused task; it becomes runnable again.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            ContextMismatchError: ``message`` names another context than the task's.
+            NotWaitingForInputError: The task is not paused.
+            AnswerTooLateError: The pause's deadline passed.
+            TaskTerminalError: The task ended (terminal tasks are immutable).
+        """
+
+        def receive(task: Task, now: datetime) -> None:
+            context_id = message.get("contextId")
+            if context_id is not None and context_id != task.context_id:
+                raise ContextMismatchError(
+                    f"contextId {context_id!r} does not match the context of task {task.id} "
+                    f"({task.context_id!r})"
+                )
+            answer = {**message, "taskId": str(task.id), "contextId": task.context_id}
+            try:
+                task.receive_input(now=now, message=answer)
+            except NotPausedError:
+                raise NotWaitingForInputError(task.id, task.state) from None
+            except PauseDeadlinePassedError:
+                raise AnswerTooLateError(task.id, task.pause_deadline) from None
+
+        return self._run(receive, task_id, tenant=tenant, clock=clock)
+
+    def cancel(self, task_id: UUID, *, tenant: str, clock: Clock) -> Task:
+        """Cancel a task that has not ended; the worker holding it is fenced out.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            TaskTerminalError: The task already ended.
+        """
+
+        def cancel(task: Task, now: datetime) -> None:
+            task.cancel(now=now, reason=CANCEL_REASON, message=agent_message(task, CANCEL_TEXT))
+
+        return self._run(cancel, task_id, tenant=tenant, clock=clock)
+
+    def set_push_config(self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock) -> Task:
+        """Register or replace a push notification config (``config['id']`` is its key)."""
+        return self._run(
+            lambda task, now: task.set_push_config(now=now, config=config),
+            task_id,
+            tenant=tenant,
+            clock=clock,
+        )
+
+    def remove_push_config(self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock) -> Task:
+        """Delete a push notification config; deleting an absent one appends nothing."""
+        return self._run(
+            lambda task, now: task.remove_push_config(now=now, config_id=config_id),
+            task_id,
+            tenant=tenant,
+            clock=clock,
+        )
+
+    # ------------------------------------------------------------------ the sweeper's use cases
+
+    def end_pause(self, task_id: UUID, *, clock: Clock) -> Task:
+        """Fail or cancel a pause whose deadline passed, as the pause said, with a status message.
+
+        Raises:
+            DomainError: The task is no longer paused, or its deadline has not passed.
+        """
+
+        def expire_pause(task: Task, now: datetime) -> None:
+            deadline = task.pause_deadline if task.pause is not None else now
+            kind = "input" if task.state == TaskState.INPUT_REQUIRED else "authorization"
+            text = f"No {kind} arrived before the deadline {deadline.isoformat()}; the task stopped waiting."
+            task.expire_pause(now=now, message=agent_message(task, text))
+
+        return run_with_retries(
+            expire_pause, load=functools.partial(self.get, task_id), save=self.save_tasks, clock=clock
+        )
+
+    def expire(self, task_id: UUID, *, retention: timedelta, clock: Clock) -> Task:
+        """Mark a terminal task as past ``retention``: from now on it answers TaskNotFound.
+
+        Raises:
+            DomainError: The task is not terminal, or already expired.
+        """
+
+        def expire(task: Task, now: datetime) -> None:
+            task.expire(now=now, reason=f"retention of {retention} after the task ended")
+
+        return run_with_retries(
+            expire, load=functools.partial(self.get, task_id), save=self.save_tasks, clock=clock
+        )
+
+    # ------------------------------------------------------------------ the worker's use cases
+
+    async def claim(self, task: Task, *, worker: str, now: datetime, until: datetime, save: AsyncSave) -> int:
+        """Grant ``worker`` the lease on ``task`` at the version read; returns the new epoch.
+
+        Never retried: a lost race (``ConflictError``) or a refusal (``DomainError``) means
+        another worker or a client got there first, and the worker moves on.
+        """
+        epoch = task.grant_lease(worker=worker, now=now, until=until)
+        await save(task)
+        return epoch
+
+    async def commit_leased(self, task: Task, command: Command, *, clock: Clock, save: AsyncSave) -> Task:
+        """Apply a worker's fenced ``command`` to its copy ``task`` and save it with ``save``.
+
+        After a lost race the task is reloaded and the command re-applied: its lease check
+        decides whether the lease still holds. ``LeaseLostError`` propagates at once.
+
+        Returns:
+            The saved task (a reloaded copy if a race was lost).
+        """
+        return await run_with_retries_async(
+            command,
+            task=task,
+            load=functools.partial(asyncio.to_thread, self.get, task.id),
+            save=save,
+            clock=clock,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _run(self, command: Command, task_id: UUID, *, tenant: str, clock: Clock) -> Task:
+        """``command`` on the task ``tenant`` sees, saved directly, retried after lost races."""
+        return run_with_retries(
+            command,
+            load=functools.partial(self.get_visible, task_id, tenant=tenant),
+            save=self.save_tasks,
+            clock=clock,
+        )
+
+    @staticmethod
+    def _resent(task: Task, *, tenant: str, message: JSON) -> Task:
+        """The task an earlier send of ``message`` started (a resend is answered with it)."""
+        message_id = message["messageId"]
+        first_id = task.history[0].get("messageId") if task.history else None
+        if task.tenant != tenant or first_id != message_id:
+            raise TaskIdCollisionError(message_id)
+        if task.expired:
+            raise TaskExpiredError(task.id)
+        context_id = message.get("contextId")
+        if context_id is not None and context_id != task.context_id:
+            raise ContextMismatchError(
+                f"messageId {message_id!r} already started task {task.id} in context "
+                f"{task.context_id!r}, not {context_id!r}"
+            )
+        return task
+
+
+def task_id_for(tenant: str, message_id: str) -> UUID:
+    """The id of the task that the first message ``message_id`` of ``tenant`` starts."""
+    return uuid5(TASK_ID_NAMESPACE, f"{tenant}\n{message_id}")

@@ -1,7 +1,7 @@
 """How the domain's value objects are stored in event and snapshot state (JSON).
 
 Events hold only JSON types and datetimes; the Task's snapshot state also holds a ``Pause``.
-Every ``Application`` that stores tasks registers these (``TaskStore.register_transcodings``).
+Every ``Application`` that stores tasks registers these (``TaskApplication.register_transcodings``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
 # so that a submission's result does not depend on the draw. Failures found locally are kept in
@@ -128,9 +128,9 @@ def store_config(database_url: str) -> Iterator[StoreConfig]:
 
 
 @pytest.fixture
-def store(store_config: StoreConfig) -> Iterator[TaskStore]:
-    """A ``TaskStore`` on this test's schema, closed afterwards."""
-    task_store = TaskStore(store_config)
+def store(store_config: StoreConfig) -> Iterator[TaskApplication]:
+    """A ``TaskApplication`` on this test's schema, closed afterwards."""
+    task_store = TaskApplication(store_config)
     yield task_store
     task_store.close()
 

@@ -25,7 +25,7 @@ import pytest
 
 from domain.task import Task
 from longhaul.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres
-from store.application import StoreConfig, TaskStore
+from store.application import StoreConfig, TaskApplication
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DATABASE_URL_ENV, NATS_URL_ENV = "LONGHAUL_TEST_DATABASE_URL", "LONGHAUL_TEST_NATS_URL"
@@ -52,7 +52,7 @@ def _port(url: str) -> int:
 
 
 def _save_task(database_url: str) -> uuid.UUID:
-    store = TaskStore(StoreConfig(database_url=database_url, schema="embedded_test"))
+    store = TaskApplication(StoreConfig(database_url=database_url, schema="embedded_test"))
     try:
         task = Task.submit(
             task_id=uuid.uuid4(), now=NOW, tenant="t", context_id="c", skill="echo", skill_version=1,
@@ -65,7 +65,7 @@ def _save_task(database_url: str) -> uuid.UUID:
 
 
 def _load_task(database_url: str, task_id: uuid.UUID) -> Task:
-    store = TaskStore(StoreConfig(database_url=database_url, schema="embedded_test"))
+    store = TaskApplication(StoreConfig(database_url=database_url, schema="embedded_test"))
     try:
         return store.get(task_id)
     finally:

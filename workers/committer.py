@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TaskApplication
 
 MAX_GROUP = 128
 
@@ -27,7 +27,7 @@ class _Waiting:
 class Committer:
     """Saves tasks for the runners of one worker, grouping those that wait at the same time."""
 
-    def __init__(self, store: TaskStore, max_group: int = MAX_GROUP) -> None:
+    def __init__(self, store: TaskApplication, max_group: int = MAX_GROUP) -> None:
         self.store = store
         self.max_group = max_group
         self._waiting: list[_Waiting] = []

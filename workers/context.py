@@ -10,8 +10,8 @@ from typing import Any
 
 from domain.skill import JSON
 from domain.task import Task
+from store.messages import agent_message
 from workers.lease import LeasedTask
-from workers.messages import agent_message
 
 
 class DrainRequestedError(BaseException):

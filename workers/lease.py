@@ -1,32 +1,30 @@
-"""A held lease on one task, and the fenced commit loop every worker-side write goes through.
+"""A held lease on one task, and the fenced commit every worker-side write goes through.
 
 ``LeasedTask`` keeps the worker's copy of the task aggregate. Each write is a domain command
-applied to that copy and saved in one transaction at the copy's version:
+applied to that copy and saved in one transaction at the copy's version, through the
+application's ``commit_leased`` (the one conflict-retry executor, saving via the worker's group
+committer):
 
 - ``ConflictError``: someone appended first (a client message, a push config, a cancel). The
   copy is reloaded and the command re-applied; the command's own lease check decides whether
   the lease still holds.
 - ``LeaseLostError``: the lease was superseded. The caller stops and never writes again.
+- Any other failure: the copy may hold events that were not stored, so it is reloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
 
 from domain.clock import Clock
 from domain.errors import LeaseLostError
 from domain.task import Task, lease_end
-from store.application import ConflictError, TaskStore
+from store.application import TaskApplication
+from store.retry import Command
 from workers.committer import Committer
-
-MAX_CONFLICT_RETRIES = 20
-
-Command = Callable[[Task, datetime], None]
-"""A domain command applied to the worker's task copy at a given time."""
 
 
 class LeasedTask:
@@ -35,7 +33,7 @@ class LeasedTask:
     def __init__(
         self,
         *,
-        store: TaskStore,
+        store: TaskApplication,
         committer: Committer,
         task: Task,
         epoch: int,
@@ -69,24 +67,18 @@ class LeasedTask:
         async with self._lock:
             if self.lost is not None:
                 raise self.lost
-            for _ in range(MAX_CONFLICT_RETRIES):
-                task = self.task
-                try:
-                    command(task, self.clock())
-                except LeaseLostError as error:
-                    self.lost = error
-                    raise
-                try:
-                    await self.committer.save(task)
-                except ConflictError:
-                    self.task = await asyncio.to_thread(self.store.get, self.task_id)
-                    continue
-                except BaseException:
-                    # The copy holds events that may not be stored: never reuse it.
-                    self.task = await asyncio.to_thread(self.store.get, self.task_id)
-                    raise
-                return task
-            raise ConflictError(f"task {self.task_id}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+            try:
+                self.task = await self.store.commit_leased(
+                    self.task, command, clock=self.clock, save=self.committer.save
+                )
+            except LeaseLostError as error:
+                self.lost = error
+                raise
+            except BaseException:
+                # The copy may hold events that are not stored: never reuse it.
+                self.task = await asyncio.to_thread(self.store.get, self.task_id)
+                raise
+            return self.task
 
     async def renew(self) -> None:
         """Extend the lease (a fenced ``LeaseExtended`` event)."""

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from projections.event_json import dumps, event_message, reference_message
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import TaskApplication
 from store.locks import advisory_key
 from workers.wakeup import Wakeup
 
@@ -59,7 +59,7 @@ async def ensure_stream(js: Any, names: NatsNames) -> None:
 class Relay:
     """Follows the notification log and publishes to JetStream."""
 
-    def __init__(self, *, store: TaskStore, names: NatsNames) -> None:
+    def __init__(self, *, store: TaskApplication, names: NatsNames) -> None:
         self.store = store
         self.names = names
         schema = store.config.schema

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domain.skill import SkillRegistry
-from store.application import TaskStore
+from store.application import TaskApplication
 
 
 class ReleaseMismatchError(RuntimeError):
@@ -22,7 +22,7 @@ class VersionUse:
     registered: bool
 
 
-def version_use(store: TaskStore, registry: SkillRegistry) -> list[VersionUse]:
+def version_use(store: TaskApplication, registry: SkillRegistry) -> list[VersionUse]:
     """Every registered skill version and every version live tasks use, with live counts."""
     live = {(s, v): n for s, v, n in store.run_queue.live_versions()}
     keys = set(live) | {(s.name, s.version) for s in registry.all()}
@@ -32,7 +32,7 @@ def version_use(store: TaskStore, registry: SkillRegistry) -> list[VersionUse]:
     ]
 
 
-def check_release(store: TaskStore, registry: SkillRegistry) -> None:
+def check_release(store: TaskApplication, registry: SkillRegistry) -> None:
     """Raise ``ReleaseMismatchError`` naming the tasks and versions this release cannot run."""
     missing = [u for u in version_use(store, registry) if u.live_tasks and not u.registered]
     if not missing:

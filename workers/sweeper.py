@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from uuid import UUID
 
 from domain.clock import Clock
 from domain.errors import DomainError
 from domain.task import Task
-from store.application import ConflictError, TaskStore
-from workers.messages import agent_message
+from store.application import TaskApplication
+from store.errors import ConflictError
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,9 @@ BATCH = 100
 class Sweeper:
     """Runs ``sweep_once`` every ``interval`` seconds until stopped."""
 
-    def __init__(self, *, store: TaskStore, clock: Clock, retention: timedelta, interval: float) -> None:
+    def __init__(
+        self, *, store: TaskApplication, clock: Clock, retention: timedelta, interval: float
+    ) -> None:
         self.store = store
         self.clock = clock
         self.retention = retention
@@ -48,41 +51,25 @@ class Sweeper:
     def sweep_once(self) -> tuple[int, int]:
         """End every due pause and expire every due task; returns how many of each."""
         now = self.clock()
-        ended = sum(
-            self._apply(task_id, _expire_pause) for task_id in self.store.run_queue.due_pauses(now, BATCH)
-        )
+        end_pause = functools.partial(self.store.end_pause, clock=self.clock)
+        expire = functools.partial(self.store.expire, retention=self.retention, clock=self.clock)
+        ended = sum(_swept(end_pause, task_id) for task_id in self.store.run_queue.due_pauses(now, BATCH))
         expired = sum(
-            self._apply(task_id, _expire_retention(self.retention))
+            _swept(expire, task_id)
             for task_id in self.store.run_queue.due_expiries(now - self.retention, BATCH)
         )
         return ended, expired
 
-    def _apply(self, task_id: UUID, command: Callable[[Task, datetime], None]) -> bool:
-        for _ in range(5):
-            task = self.store.get(task_id)
-            try:
-                command(task, self.clock())
-            except DomainError as error:  # someone answered or ended it meanwhile
-                log.debug("task %s: nothing to sweep (%s)", task_id, error)
-                return False
-            try:
-                self.store.save_tasks(task)
-            except ConflictError:
-                continue
-            log.info("task %s: swept to %s", task_id, task.state)
-            return True
+
+def _swept(use_case: Callable[[UUID], Task], task_id: UUID) -> bool:
+    """Run the sweeper's ``use_case`` on one task; whether it changed the task."""
+    try:
+        task = use_case(task_id)
+    except DomainError as error:  # someone answered or ended it meanwhile
+        log.debug("task %s: nothing to sweep (%s)", task_id, error)
         return False
-
-
-def _expire_pause(task: Task, now: datetime) -> None:
-    deadline = task.pause_deadline if task.pause is not None else now
-    kind = "input" if task.state == "TASK_STATE_INPUT_REQUIRED" else "authorization"
-    text = f"No {kind} arrived before the deadline {deadline.isoformat()}; the task stopped waiting."
-    task.expire_pause(now=now, message=agent_message(task, text))
-
-
-def _expire_retention(retention: timedelta) -> Callable[[Task, datetime], None]:
-    def expire(task: Task, now: datetime) -> None:
-        task.expire(now=now, reason=f"retention of {retention} after the task ended")
-
-    return expire
+    except ConflictError as error:  # it kept changing: the next round tries again
+        log.info("task %s: not swept this round (%s)", task_id, error)
+        return False
+    log.info("task %s: swept to %s", task_id, task.state)
+    return True

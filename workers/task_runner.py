@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from domain.errors import LeaseLostError
-from domain.skill import AskAuth, AskInput, Complete, Continue, Fail, Reject, Skill, StepOutcome
+from domain.skill import Continue, Fail, Skill, StepOutcome
+from domain.states import TaskState
 from domain.task import Task
+from store.outcomes import apply_outcome
+from store.retry import Command
 from workers.context import DrainRequestedError, DurableStepContext
-from workers.lease import Command, LeasedTask
-from workers.messages import agent_message
+from workers.lease import LeasedTask
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ class TaskRunner:
         attempts = 0
         while True:
             task = self.lease.task
-            if task.state != "TASK_STATE_WORKING" or task.lease_epoch != self.lease.epoch:
+            if task.state != TaskState.WORKING or task.lease_epoch != self.lease.epoch:
                 return
             if self.draining.is_set():
                 raise DrainRequestedError
@@ -75,7 +77,7 @@ class TaskRunner:
                 log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
                 if attempts >= self.policy.max_step_attempts:
                     reason = f"step {index} failed {attempts} times; last error: {error!r}"
-                    await self.lease.commit(self._fail(reason))
+                    await self.lease.commit(self._apply(index, Fail(reason)))
                     return
                 await asyncio.sleep(self.policy.retry_backoff_s * attempts)
                 await self.lease.refresh()
@@ -128,64 +130,20 @@ class TaskRunner:
     # ------------------------------------------------------------------ outcome -> events
 
     def _apply(self, index: int, outcome: StepOutcome) -> Command:
-        epoch = self.lease.epoch
-        lease = self.lease
+        """The fenced command that records ``outcome`` of step ``index`` (see ``apply_outcome``)."""
+        lease, steps_total, max_pause = self.lease, len(self.skill.steps), self.policy.max_pause
 
         def command(task: Task, now: datetime) -> None:
-            if isinstance(outcome, Continue):
-                task.complete_step(
-                    epoch=epoch,
-                    now=now,
-                    step=index,
-                    checkpoint=outcome.checkpoint,
-                    lease_until=lease.lease_until(now),
-                )
-                if index + 1 >= len(self.skill.steps):
-                    task.complete(epoch=epoch, now=now, message=None)
-            elif isinstance(outcome, (AskInput, AskAuth)):
-                wait = outcome.deadline if outcome.deadline is not None else self.policy.max_pause
-                wait = min(wait, self.policy.max_pause)
-                task.request_input(
-                    epoch=epoch,
-                    now=now,
-                    step=index,
-                    checkpoint=outcome.checkpoint,
-                    question=agent_message(task, outcome.question, outcome.data),
-                    deadline=now + wait,
-                    on_deadline=outcome.on_deadline,
-                    auth=isinstance(outcome, AskAuth),
-                    repeat=outcome.repeat,
-                )
-            elif isinstance(outcome, Complete):
-                for artifact in outcome.artifacts:
-                    task.append_artifact(epoch=epoch, now=now, artifact=dict(artifact))
-                task.complete_step(
-                    epoch=epoch,
-                    now=now,
-                    step=index,
-                    checkpoint=task.checkpoint,
-                    lease_until=lease.lease_until(now),
-                )
-                message = agent_message(task, outcome.message) if outcome.message else None
-                task.complete(epoch=epoch, now=now, message=message)
-            elif isinstance(outcome, Fail):
-                task.fail(
-                    epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason)
-                )
-            elif isinstance(outcome, Reject):
-                task.reject(
-                    epoch=epoch, now=now, reason=outcome.reason, message=agent_message(task, outcome.reason)
-                )
-            else:  # pragma: no cover - the union is closed
-                raise TypeError(f"step {index} returned {outcome!r}, not a StepOutcome")
-
-        return command
-
-    def _fail(self, reason: str) -> Command:
-        epoch = self.lease.epoch
-
-        def command(task: Task, now: datetime) -> None:
-            task.fail(epoch=epoch, now=now, reason=reason, message=agent_message(task, reason))
+            apply_outcome(
+                task,
+                epoch=lease.epoch,
+                now=now,
+                step=index,
+                outcome=outcome,
+                steps_total=steps_total,
+                max_pause=max_pause,
+                lease_until=lease.lease_until(now),
+            )
 
         return command
 

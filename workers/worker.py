@@ -13,8 +13,10 @@ from uuid import UUID
 from domain.clock import Clock
 from domain.errors import DomainError, LeaseLostError
 from domain.skill import SkillRegistry, UnknownSkillError
+from domain.states import TaskState
 from domain.task import Task, lease_end
-from store.application import ConflictError, TaskStore
+from store.application import TaskApplication
+from store.errors import ConflictError
 from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.skill_versions import check_release
@@ -42,7 +44,7 @@ class Worker:
     def __init__(
         self,
         *,
-        store: TaskStore,
+        store: TaskApplication,
         registry: SkillRegistry,
         clock: Clock,
         config: WorkerConfig,
@@ -110,10 +112,13 @@ class Worker:
                     "task %s needs %s v%d, not in this release", task.id, task.skill, task.skill_version
                 )
                 return None
-            epoch = task.grant_lease(
-                worker=self.config.worker_id, now=now, until=lease_end(now, self.config.lease_seconds)
+            epoch = await self.store.claim(
+                task,
+                worker=self.config.worker_id,
+                now=now,
+                until=lease_end(now, self.config.lease_seconds),
+                save=self.claim_committer.save,
             )
-            await self.claim_committer.save(task)
         except (ConflictError, DomainError):
             return None
         return LeasedTask(
@@ -181,11 +186,11 @@ class Worker:
                 runner = self.runners.get(task_id)
                 if runner is None:
                     continue
-                if state != "TASK_STATE_WORKING" or owner != self.config.worker_id:
+                if state != TaskState.WORKING or owner != self.config.worker_id:
                     if runner.lease.lost is None:
                         reason = (
                             f"the task is now {state}"
-                            if state != "TASK_STATE_WORKING"
+                            if state != TaskState.WORKING
                             else f"the lease is now held by {owner or 'nobody'}"
                         )
                         runner.lease.lost = LeaseLostError(task_id, runner.lease.epoch, reason)

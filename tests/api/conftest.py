@@ -12,7 +12,7 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
 
 JSON = dict[str, Any]
@@ -25,7 +25,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_app(store: TaskStore, clock: FakeClock) -> Callable[..., Litestar]:
+def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar]:
     """Build the app over the test store; keyword arguments override ``create_app``'s."""
 
     def build(**overrides: Any) -> Litestar:
@@ -70,6 +70,6 @@ def rpc(client: httpx.AsyncClient) -> Rpc:
 
 
 @pytest.fixture
-def advance(store: TaskStore, clock: FakeClock) -> Advance:
+def advance(store: TaskApplication, clock: FakeClock) -> Advance:
     """The stand-in worker."""
     return Advance(store, clock)

@@ -12,10 +12,9 @@ from uuid import UUID, uuid4, uuid5
 import httpx
 from litestar import Litestar
 
-from api.service import TASK_ID_NAMESPACE
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TASK_ID_NAMESPACE, TaskApplication
 
 JSON = dict[str, Any]
 PUBLIC_URL = "http://gateway.test:8080"
@@ -73,7 +72,7 @@ def task_id_for(message_id: str, tenant: str = "default") -> UUID:
     return uuid5(TASK_ID_NAMESPACE, f"{tenant}\n{message_id}")
 
 
-def log_position(store: TaskStore) -> int:
+def log_position(store: TaskApplication) -> int:
     """The highest notification id in the log (0 when empty)."""
     return store.recorder.max_notification_id() or 0
 
@@ -97,7 +96,7 @@ def error_of(response: JSON, code: int, reason: str) -> JSON:
 class Advance:
     """Moves a task through the domain as a worker would (there is no worker in these tests)."""
 
-    def __init__(self, store: TaskStore, clock: FakeClock) -> None:
+    def __init__(self, store: TaskApplication, clock: FakeClock) -> None:
         self.store, self.clock = store, clock
 
     async def wait_exists(self, task_id: UUID) -> Task:

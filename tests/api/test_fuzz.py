@@ -9,7 +9,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import log_position
 
 ENDPOINT = "/a2a/jsonrpc"
@@ -89,7 +89,7 @@ versions = st.sampled_from([None, "1.0", "1.0.2", "", "0.3", "99.0", "banana"])
 )
 @given(body=bodies, content_type=content_types, version=versions)
 async def test_junk_gets_a_jsonrpc_error_and_changes_nothing(
-    client: httpx.AsyncClient, store: TaskStore, body: bytes, content_type: str, version: str | None
+    client: httpx.AsyncClient, store: TaskApplication, body: bytes, content_type: str, version: str | None
 ) -> None:
     before = log_position(store)
     headers = {"Content-Type": content_type}

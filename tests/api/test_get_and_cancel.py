@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 
 from api import wire
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import Advance, Rpc, error_of, log_position, task_id_for, user_message
 
 JSON = dict[str, Any]
@@ -28,7 +28,7 @@ class TestGetTask:
         got = (await rpc("GetTask", {"id": sent["id"]}))["result"]
 
         assert got == sent
-        wire.Task.model_validate(got)
+        wire.WireTask.model_validate(got)
 
     async def test_reflects_what_the_log_holds_now(self, rpc: Rpc, advance: Advance) -> None:
         sent = await _new_task(rpc)
@@ -89,7 +89,7 @@ class TestGetTask:
 class TestCancelTask:
     @pytest.mark.parametrize("stage", ["submitted", "working", "input-required"])
     async def test_cancels_a_live_task(
-        self, rpc: Rpc, advance: Advance, store: TaskStore, stage: str
+        self, rpc: Rpc, advance: Advance, store: TaskApplication, stage: str
     ) -> None:
         sent = await _new_task(rpc)
         task_id = UUID(sent["id"])
@@ -100,7 +100,7 @@ class TestCancelTask:
 
         canceled = (await rpc("CancelTask", {"id": sent["id"]}))["result"]
 
-        wire.Task.model_validate(canceled)
+        wire.WireTask.model_validate(canceled)
         assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
         status_message = canceled["status"]["message"]
         assert status_message["role"] == "ROLE_AGENT"
@@ -111,7 +111,7 @@ class TestCancelTask:
         assert (await rpc("GetTask", {"id": sent["id"]}))["result"] == canceled
 
     async def test_a_terminal_task_is_not_cancelable(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         sent = await _new_task(rpc)
         await asyncio.to_thread(advance.complete, UUID(sent["id"]))
@@ -122,7 +122,7 @@ class TestCancelTask:
         assert "TASK_STATE_COMPLETED" in error_of(response, -32002, "TASK_NOT_CANCELABLE")["message"]
         assert log_position(store) == before
 
-    async def test_canceling_twice_is_not_cancelable(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_canceling_twice_is_not_cancelable(self, rpc: Rpc, store: TaskApplication) -> None:
         sent = await _new_task(rpc)
         await rpc("CancelTask", {"id": sent["id"]})
         before = log_position(store)
@@ -132,7 +132,7 @@ class TestCancelTask:
         error_of(response, -32002, "TASK_NOT_CANCELABLE")
         assert log_position(store) == before
 
-    async def test_unknown_and_foreign_tasks_are_not_found(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_unknown_and_foreign_tasks_are_not_found(self, rpc: Rpc, store: TaskApplication) -> None:
         sent = await _new_task(rpc)
         before = log_position(store)
 
@@ -140,7 +140,9 @@ class TestCancelTask:
         error_of(await rpc("CancelTask", {"id": sent["id"], "tenant": "other"}), -32001, "TASK_NOT_FOUND")
         assert log_position(store) == before
 
-    async def test_an_expired_task_is_not_found(self, rpc: Rpc, advance: Advance, store: TaskStore) -> None:
+    async def test_an_expired_task_is_not_found(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
         sent = await _new_task(rpc)
         await asyncio.to_thread(advance.expire, UUID(sent["id"]))
         before = log_position(store)
@@ -151,7 +153,7 @@ class TestCancelTask:
         assert log_position(store) == before
 
     async def test_a_conflicting_append_is_retried_after_reloading(
-        self, rpc: Rpc, advance: Advance, store: TaskStore, monkeypatch: pytest.MonkeyPatch
+        self, rpc: Rpc, advance: Advance, store: TaskApplication, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         sent = await _new_task(rpc)
         task_id = UUID(sent["id"])

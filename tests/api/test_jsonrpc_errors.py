@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from api.service import A2AService
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import Rpc, error_of, log_position, user_message
 
 JSON = dict[str, Any]
@@ -26,7 +26,7 @@ def _request(method: str = "GetTask", params: Any = None, **envelope: Any) -> by
 
 
 @pytest.fixture(autouse=True)
-def _nothing_appended(store: TaskStore) -> Any:
+def _nothing_appended(store: TaskApplication) -> Any:
     """Every test here sends bad input: the log must not move."""
     before = log_position(store)
     yield

@@ -8,13 +8,13 @@ from uuid import UUID
 
 from api.task_wire import task_to_wire
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import FakeClock, Rpc, user_message
 
 LONG_ENOUGH_FOR_A_SNAPSHOT = 120  # the store snapshots every 100 versions
 
 
-def _replayed(store: TaskStore, task: Task) -> Task:
+def _replayed(store: TaskApplication, task: Task) -> Task:
     """The task rebuilt by applying every logged event in order: no snapshot, no cache, no view."""
     rebuilt: Any = None
     for event in store.history(task.id):
@@ -23,7 +23,9 @@ def _replayed(store: TaskStore, task: Task) -> Task:
     return rebuilt
 
 
-async def test_get_task_equals_a_pure_replay_of_the_log(rpc: Rpc, store: TaskStore, clock: FakeClock) -> None:
+async def test_get_task_equals_a_pure_replay_of_the_log(
+    rpc: Rpc, store: TaskApplication, clock: FakeClock
+) -> None:
     sent = await rpc(
         "SendMessage", {"message": user_message("audit me"), "configuration": {"returnImmediately": True}}
     )

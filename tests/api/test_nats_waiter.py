@@ -14,13 +14,13 @@ from nats.aio.client import Client
 from api.waiting import NatsWaiter
 from domain.task import Task
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 
 FALLBACK_POLL_S = 30.0
 
 
-def _submitted(store: TaskStore) -> Task:
+def _submitted(store: TaskApplication) -> Task:
     now = datetime.now(UTC)
     task = new_task(now)
     store.save_tasks(task)
@@ -35,7 +35,7 @@ async def connected(nats_url: str, nats_names: tuple[str, str]) -> AsyncIterator
     await client.close()
 
 
-async def test_wakes_on_the_task_subject(store: TaskStore, connected: tuple[NatsNames, Client]) -> None:
+async def test_wakes_on_the_task_subject(store: TaskApplication, connected: tuple[NatsNames, Client]) -> None:
     names, client = connected
     task = _submitted(store)
     waiter = NatsWaiter(client, names, store, fallback_poll=FALLBACK_POLL_S)
@@ -54,7 +54,7 @@ async def test_wakes_on_the_task_subject(store: TaskStore, connected: tuple[Nats
 
 
 async def test_returns_at_once_when_the_log_already_moved(
-    store: TaskStore, connected: tuple[NatsNames, Client]
+    store: TaskApplication, connected: tuple[NatsNames, Client]
 ) -> None:
     names, client = connected
     task = _submitted(store)

@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 
 from api import wire
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import (
     Advance,
     FakeClock,
@@ -38,7 +38,7 @@ async def _send_new(rpc: Rpc, **params: object) -> JSON:
 
 class TestNewTask:
     async def test_returns_the_submitted_task_with_the_addressed_user_message(
-        self, rpc: Rpc, store: TaskStore
+        self, rpc: Rpc, store: TaskApplication
     ) -> None:
         message = user_message("hello", message_id="m-1")
 
@@ -46,7 +46,7 @@ class TestNewTask:
 
         assert response["id"] == "r1"
         task = response["result"]["task"]
-        wire.Task.model_validate(task)
+        wire.WireTask.model_validate(task)
         assert task["id"] == str(task_id_for("m-1"))
         assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
         assert ISO_MILLIS_Z.fullmatch(task["status"]["timestamp"])
@@ -72,7 +72,7 @@ class TestNewTask:
         assert "history" not in response["result"]["task"]
 
     async def test_skill_parameters_come_from_the_first_object_data_part(
-        self, rpc: Rpc, store: TaskStore
+        self, rpc: Rpc, store: TaskApplication
     ) -> None:
         message = user_message()
         message["parts"] = [
@@ -86,12 +86,12 @@ class TestNewTask:
 
         assert store.get(UUID(task["id"])).params == {"systems": ["crm"]}
 
-    async def test_without_a_data_part_parameters_are_empty(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_without_a_data_part_parameters_are_empty(self, rpc: Rpc, store: TaskApplication) -> None:
         task = await _send_new(rpc)
 
         assert store.get(UUID(task["id"])).params == {}
 
-    async def test_tenant_is_recorded_and_walls_the_task_off(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_tenant_is_recorded_and_walls_the_task_off(self, rpc: Rpc, store: TaskApplication) -> None:
         task = await _send_new(rpc, tenant="acme")
 
         assert store.get(UUID(task["id"])).tenant == "acme"
@@ -128,7 +128,7 @@ class TestSkillRouting:
         assert task["metadata"] == {"skill": skill, "skillVersion": version}
 
     async def test_unknown_skill_is_invalid_params_and_appends_nothing(
-        self, rpc: Rpc, store: TaskStore
+        self, rpc: Rpc, store: TaskApplication
     ) -> None:
         before = log_position(store)
 
@@ -139,7 +139,7 @@ class TestSkillRouting:
         assert log_position(store) == before
 
     async def test_unknown_default_skill_is_invalid_params(
-        self, make_app: Callable[..., Litestar], store: TaskStore
+        self, make_app: Callable[..., Litestar], store: TaskApplication
     ) -> None:
         async with http_client(make_app(default_skill="missing")) as http:
             body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": user_message()}}
@@ -148,7 +148,7 @@ class TestSkillRouting:
         assert "unknown skill 'missing'" in error_of(response, -32602, "INVALID_PARAMS")["message"]
         assert log_position(store) == 0
 
-    async def test_non_string_skill_is_invalid_params(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_non_string_skill_is_invalid_params(self, rpc: Rpc, store: TaskApplication) -> None:
         response = await rpc("SendMessage", {"message": user_message(metadata={"skill": 7})})
 
         error_of(response, -32602, "INVALID_PARAMS")
@@ -157,7 +157,7 @@ class TestSkillRouting:
 
 class TestResend:
     async def test_a_resent_message_returns_the_same_task_and_appends_nothing(
-        self, rpc: Rpc, store: TaskStore
+        self, rpc: Rpc, store: TaskApplication
     ) -> None:
         first = await _send_new(rpc, message=user_message("one", message_id="dup"))
         before = log_position(store)
@@ -174,7 +174,7 @@ class TestResend:
 
         assert other["id"] != first["id"]
 
-    async def test_concurrent_resends_create_one_task(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_concurrent_resends_create_one_task(self, rpc: Rpc, store: TaskApplication) -> None:
         sends = [_send_new(rpc, message=user_message(message_id="race")) for _ in range(6)]
 
         tasks = await asyncio.gather(*sends)
@@ -182,7 +182,7 @@ class TestResend:
         assert {str(task["id"]) for task in tasks} == {str(task_id_for("race"))}
         assert len(list(store.history(task_id_for("race")))) == 1
 
-    async def test_a_resend_naming_another_context_is_refused(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_a_resend_naming_another_context_is_refused(self, rpc: Rpc, store: TaskApplication) -> None:
         await _send_new(rpc, message=user_message(message_id="ctx", contextId="a"))
         before = log_position(store)
 
@@ -212,7 +212,7 @@ class TestBlocking:
         assert task["status"]["message"]["contextId"] == task["contextId"]
         assert task["status"]["message"]["messageId"]
         assert task["artifacts"] == [{"artifactId": "out", "name": "out", "parts": [{"text": "echoed"}]}]
-        wire.Task.model_validate(task)
+        wire.WireTask.model_validate(task)
 
     async def test_returns_when_the_task_asks_for_input(self, rpc: Rpc, advance: Advance) -> None:
         async def worker() -> None:
@@ -249,7 +249,7 @@ class TestFollowUp:
         return task
 
     async def test_an_answer_resumes_the_paused_task(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         task = await self._paused(rpc, advance)
         answer = user_message("yes", taskId=task["id"])
@@ -279,7 +279,7 @@ class TestFollowUp:
         assert response["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
     async def test_answers_are_not_deduplicated_by_message_id(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         task = await self._paused(rpc, advance, message_id="reused")
         task_id = UUID(task["id"])
@@ -291,14 +291,14 @@ class TestFollowUp:
         history = store.get(task_id).history
         assert [m["messageId"] for m in history if m["role"] == "ROLE_USER"] == ["reused"] * 3
 
-    async def test_an_unknown_task_is_task_not_found(self, rpc: Rpc, store: TaskStore) -> None:
+    async def test_an_unknown_task_is_task_not_found(self, rpc: Rpc, store: TaskApplication) -> None:
         for task_id in [str(task_id_for("never-sent")), "not-a-uuid", str(task_id_for("x")).upper()]:
             response = await rpc("SendMessage", {"message": user_message(taskId=task_id)})
             error_of(response, -32001, "TASK_NOT_FOUND")
         assert log_position(store) == 0
 
     async def test_another_tenants_task_is_task_not_found(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         task = await self._paused(rpc, advance)
         before = log_position(store)
@@ -311,7 +311,7 @@ class TestFollowUp:
         assert log_position(store) == before
 
     async def test_a_mismatching_context_is_invalid_params(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         task = await self._paused(rpc, advance)
         before = log_position(store)
@@ -323,7 +323,9 @@ class TestFollowUp:
         assert "does not match" in error_of(response, -32602, "INVALID_PARAMS")["message"]
         assert log_position(store) == before
 
-    async def test_a_terminal_task_is_immutable(self, rpc: Rpc, advance: Advance, store: TaskStore) -> None:
+    async def test_a_terminal_task_is_immutable(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
         task = await _send_new(rpc)
         await asyncio.to_thread(advance.complete, UUID(task["id"]))
         before = log_position(store)
@@ -336,7 +338,7 @@ class TestFollowUp:
 
     @pytest.mark.parametrize("started", [False, True])
     async def test_a_task_that_is_not_paused_refuses_input(
-        self, rpc: Rpc, advance: Advance, store: TaskStore, started: bool
+        self, rpc: Rpc, advance: Advance, store: TaskApplication, started: bool
     ) -> None:
         task = await _send_new(rpc)
         if started:
@@ -351,7 +353,7 @@ class TestFollowUp:
         assert log_position(store) == before
 
     async def test_an_answer_after_the_deadline_is_refused_with_the_deadline(
-        self, rpc: Rpc, advance: Advance, store: TaskStore, clock: FakeClock
+        self, rpc: Rpc, advance: Advance, store: TaskApplication, clock: FakeClock
     ) -> None:
         task = await self._paused(rpc, advance)  # deadline: one day after the clock's now
         deadline = clock() + timedelta(days=1)
@@ -366,7 +368,7 @@ class TestFollowUp:
         assert log_position(store) == before
 
     async def test_an_expired_task_is_not_found_and_says_so(
-        self, rpc: Rpc, advance: Advance, store: TaskStore
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
         task = await _send_new(rpc)
         await asyncio.to_thread(advance.expire, UUID(task["id"]))
@@ -378,7 +380,7 @@ class TestFollowUp:
         assert log_position(store) == before
 
     async def test_a_conflicting_append_is_retried_after_reloading(
-        self, rpc: Rpc, advance: Advance, store: TaskStore, monkeypatch: pytest.MonkeyPatch
+        self, rpc: Rpc, advance: Advance, store: TaskApplication, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         task = await self._paused(rpc, advance)
         task_id = UUID(task["id"])
@@ -394,7 +396,7 @@ def _now() -> dict[str, object]:
     return {"configuration": IMMEDIATE}
 
 
-def _race_once(store: TaskStore, monkeypatch: pytest.MonkeyPatch, task_id: UUID) -> None:
+def _race_once(store: TaskApplication, monkeypatch: pytest.MonkeyPatch, task_id: UUID) -> None:
     """Make the next save lose a race: another writer appends to the task just before it."""
     original = store.save_tasks
     raced = False

@@ -67,7 +67,7 @@ def test_wire_task_has_the_a2a_names_and_validates() -> None:
     assert wire_task["status"] == {"state": "TASK_STATE_WORKING", "timestamp": "2026-03-01T09:30:00.123Z"}
     assert "artifacts" not in wire_task
     assert wire_task["metadata"] == {"skill": "echo", "skillVersion": 2}
-    assert wire.Task.model_validate(wire_task).to_json() == wire_task
+    assert wire.WireTask.model_validate(wire_task).to_json() == wire_task
 
 
 def test_history_length_trims_to_the_most_recent_messages() -> None:

@@ -10,7 +10,7 @@ from uuid import UUID
 from litestar import Litestar
 
 from api.waiting import PollingWaiter
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.api.support import Advance, Rpc, http_client, task_id_for, user_message
 
 
@@ -20,7 +20,7 @@ async def _submitted(rpc: Rpc, message_id: str) -> UUID:
     return task_id_for(message_id)
 
 
-async def test_returns_at_the_timeout_when_nothing_changes(rpc: Rpc, store: TaskStore) -> None:
+async def test_returns_at_the_timeout_when_nothing_changes(rpc: Rpc, store: TaskApplication) -> None:
     task_id = await _submitted(rpc, "idle")
     started = time.monotonic()
 
@@ -29,7 +29,7 @@ async def test_returns_at_the_timeout_when_nothing_changes(rpc: Rpc, store: Task
     assert 0.3 <= time.monotonic() - started < 1.0
 
 
-async def test_returns_at_once_when_a_newer_version_exists(rpc: Rpc, store: TaskStore) -> None:
+async def test_returns_at_once_when_a_newer_version_exists(rpc: Rpc, store: TaskApplication) -> None:
     task_id = await _submitted(rpc, "old")
     started = time.monotonic()
 
@@ -38,7 +38,7 @@ async def test_returns_at_once_when_a_newer_version_exists(rpc: Rpc, store: Task
     assert time.monotonic() - started < 0.5
 
 
-async def test_returns_soon_after_a_commit(rpc: Rpc, store: TaskStore, advance: Advance) -> None:
+async def test_returns_soon_after_a_commit(rpc: Rpc, store: TaskApplication, advance: Advance) -> None:
     task_id = await _submitted(rpc, "moving")
 
     async def commit_later() -> float:

@@ -2,7 +2,7 @@
 
 ``Cluster`` starts ``longhaul worker|gateway|sweeper|fake-iam`` as separate processes on the test's
 own schema and stream, waits until each is ready, and stops whatever is still running at the end.
-The test process reads the event log directly through the ``TaskStore`` fixture.
+The test process reads the event log directly through the ``TaskApplication`` fixture.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import httpx
 
 from domain.task import Task
 from longhaul.settings import Settings
-from store.application import ConflictError, TaskStore
+from store.application import ConflictError, TaskApplication
 from tests.support.processes import LonghaulProcess, free_port, settings_env, wait_for_http, wait_until
 
 JSON = dict[str, Any]
@@ -173,14 +173,14 @@ def new_task(skill: str, params: JSON, version: int = 1) -> Task:
     )
 
 
-def submit(store: TaskStore, skill: str, params: JSON, version: int = 1) -> UUID:
+def submit(store: TaskApplication, skill: str, params: JSON, version: int = 1) -> UUID:
     """Submit one task straight into the store; returns its id."""
     task = new_task(skill, params, version)
     store.save_tasks(task)
     return task.id
 
 
-def answer(store: TaskStore, task_id: UUID, data: JSON) -> None:
+def answer(store: TaskApplication, task_id: UUID, data: JSON) -> None:
     """Answer a paused task straight through the store (what the gateway's SendMessage does)."""
     for _ in range(20):
         task = store.get(task_id)
@@ -194,7 +194,7 @@ def answer(store: TaskStore, task_id: UUID, data: JSON) -> None:
     raise AssertionError(f"could not answer task {task_id}")
 
 
-def events(store: TaskStore, task_id: UUID) -> list[Any]:
+def events(store: TaskApplication, task_id: UUID) -> list[Any]:
     """Every event of the task, oldest first."""
     return list(store.history(task_id))
 
@@ -221,7 +221,7 @@ def timestamp(event: Any) -> float:
     return moment.timestamp()
 
 
-def holder_pid(store: TaskStore, task_id: UUID) -> int | None:
+def holder_pid(store: TaskApplication, task_id: UUID) -> int | None:
     """The process id of the worker holding the task's latest lease (worker ids are host:pid:rand)."""
     grants = of_kind(events(store, task_id), "LeaseGranted")
     if not grants:
@@ -229,7 +229,9 @@ def holder_pid(store: TaskStore, task_id: UUID) -> int | None:
     return int(grants[-1].worker.split(":")[-2])
 
 
-def wait_for_state(store: TaskStore, task_id: UUID, state: str, timeout: float, cluster: Cluster) -> Task:
+def wait_for_state(
+    store: TaskApplication, task_id: UUID, state: str, timeout: float, cluster: Cluster
+) -> Task:
     """Poll the store until the task is in ``state``; fail with every process's log otherwise."""
     try:
         wait_until(lambda: str(store.get(task_id).state) == state, timeout, f"task {task_id} to be {state}")

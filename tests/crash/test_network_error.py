@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import Cluster, answer, events, iam_calls, kind, of_kind, submit, wait_for_state
 
 REVOCATIONS = 14
@@ -19,7 +19,7 @@ ERROR_KEY = "simulated-network-error"
 
 
 def test_network_error_after_9_of_14_revocations_applies_only_the_other_5(
-    cluster: Cluster, store: TaskStore
+    cluster: Cluster, store: TaskApplication
 ) -> None:
     iam = cluster.fake_iam()
     worker = cluster.worker()

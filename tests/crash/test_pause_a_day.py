@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import JSON, Cluster, events, kind, of_kind, rpc, wait_for_state
 
 DAY = 86400
@@ -60,7 +60,7 @@ def _text(message: Any) -> str:
 
 
 def test_an_answer_a_day_later_completes_and_a_passed_deadline_fails(
-    cluster: Cluster, store: TaskStore
+    cluster: Cluster, store: TaskApplication
 ) -> None:
     gateway = _start(cluster)
     cluster.sweeper()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import Cluster, epoch_of, events, kind, new_task
 from tests.support.processes import wait_until
 
@@ -16,7 +16,7 @@ TASKS = 200
 STEPS = 3
 
 
-def test_three_workers_race_over_200_tasks(cluster: Cluster, store: TaskStore) -> None:
+def test_three_workers_race_over_200_tasks(cluster: Cluster, store: TaskApplication) -> None:
     workers = cluster.workers(3)
     tasks = [new_task("crash-noop", {}) for _ in range(TASKS)]
     store.save_tasks(*tasks)

@@ -15,7 +15,7 @@ import json
 import uuid
 from uuid import UUID
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     answer,
@@ -46,12 +46,12 @@ def _skills(cluster: Cluster, release: str) -> dict[int, tuple[int, str]]:
     return rows
 
 
-def _ticks(store: TaskStore, task_id: UUID) -> int:
+def _ticks(store: TaskApplication, task_id: UUID) -> int:
     return int(store.get(task_id).checkpoint.get("ticks", 0))
 
 
 def test_redeploy_mid_task_finishes_old_tasks_on_v1_and_starts_new_ones_on_v2(
-    cluster: Cluster, store: TaskStore
+    cluster: Cluster, store: TaskApplication
 ) -> None:
     # Release A: the task starts on v1 and pauses.
     worker_a = cluster.worker(skill_modules=RELEASE_A)

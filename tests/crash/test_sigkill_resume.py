@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     epoch_of,
@@ -35,7 +35,7 @@ RESUME_MARGIN_S = 3.0
 """Generous slack over the lease for a noisy two-core machine (the target is lease + 1 s)."""
 
 
-def _fetched(store: TaskStore, task_id: UUID) -> int:
+def _fetched(store: TaskApplication, task_id: UUID) -> int:
     return len(store.get(task_id).checkpoint.get("fetched", []))
 
 
@@ -44,7 +44,7 @@ def _lease_end(event: Any) -> float | None:
     return end.timestamp() if end is not None else None
 
 
-def test_sigkill_mid_fetch_resumes_at_the_next_system(cluster: Cluster, store: TaskStore) -> None:
+def test_sigkill_mid_fetch_resumes_at_the_next_system(cluster: Cluster, store: TaskApplication) -> None:
     iam = cluster.fake_iam()
     workers = cluster.workers(2)
     lease_s = cluster.settings.lease_seconds

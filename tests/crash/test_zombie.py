@@ -16,7 +16,7 @@ import signal
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     epoch_of,
@@ -30,11 +30,11 @@ from tests.crash.cluster import (
 from tests.support.processes import LonghaulProcess, wait_until
 
 
-def _ticks(store: TaskStore, task_id: UUID) -> int:
+def _ticks(store: TaskApplication, task_id: UUID) -> int:
     return int(store.get(task_id).checkpoint.get("ticks", 0))
 
 
-def _progress_of(store: TaskStore, task_id: UUID, epoch: int) -> int:
+def _progress_of(store: TaskApplication, task_id: UUID, epoch: int) -> int:
     return sum(1 for e in events(store, task_id) if kind(e) == "CheckpointSaved" and e.epoch == epoch)
 
 
@@ -60,7 +60,7 @@ def _wait_for_refusal(zombie: LonghaulProcess, task_id: UUID) -> str:
     return found
 
 
-def test_zombie_past_its_lease_never_commits_again(cluster: Cluster, store: TaskStore) -> None:
+def test_zombie_past_its_lease_never_commits_again(cluster: Cluster, store: TaskApplication) -> None:
     workers = cluster.workers(2)
     ticks = 40
     task_id = submit(store, "crash-ticker", {"ticks": ticks, "tick_ms": 200})
@@ -80,7 +80,7 @@ def test_zombie_past_its_lease_never_commits_again(cluster: Cluster, store: Task
     assert zombie.stop() == 0, zombie.log()
 
 
-def test_zombie_with_a_slow_clock_never_commits_again(cluster: Cluster, store: TaskStore) -> None:
+def test_zombie_with_a_slow_clock_never_commits_again(cluster: Cluster, store: TaskApplication) -> None:
     # The zombie's clock runs 5 s slow and it grants itself 6 s leases: to everyone else its lease
     # ends 1 s after its last commit, while by its own clock it still holds for 6 s.
     zombie = cluster.worker(clock_offset_seconds="-5", lease_seconds="6")

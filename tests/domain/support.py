@@ -40,7 +40,7 @@ FIRST_MESSAGE: JSON = {
 
 
 class MemoryStore(Application[UUID]):
-    """An in-memory (POPO) event store with snapshots, storing state as ``TaskStore`` does."""
+    """An in-memory (POPO) event store with snapshots, storing state as ``TaskApplication`` does."""
 
     def __init__(self) -> None:
         super().__init__(env={"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"})

@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import Cluster, events, kind, rpc, submit, wait_for_state
 from tests.support.processes import wait_until
 
@@ -19,7 +19,7 @@ PROMPT_S = 8.0
 
 
 def test_cancel_stops_the_running_step_and_nothing_is_committed_after_it(
-    cluster: Cluster, store: TaskStore, tmp_path: Path
+    cluster: Cluster, store: TaskApplication, tmp_path: Path
 ) -> None:
     worker = cluster.worker(wait=False, lease_seconds=str(LEASE_S))
     gateway = cluster.gateway()

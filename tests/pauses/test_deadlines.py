@@ -11,13 +11,13 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import Cluster, answer, events, kind, of_kind, submit, wait_for_state
 
 MAX_PAUSE = timedelta(hours=1)
 
 
-def _asked(store: TaskStore, task_id: UUID) -> Any:
+def _asked(store: TaskApplication, task_id: UUID) -> Any:
     return of_kind(events(store, task_id), "InputRequested")[-1]
 
 
@@ -25,7 +25,7 @@ def _text(message: Any) -> str:
     return " ".join(p.get("text", "") for p in message["parts"])
 
 
-def test_pause_deadlines_are_kept_and_enforced(cluster: Cluster, store: TaskStore) -> None:
+def test_pause_deadlines_are_kept_and_enforced(cluster: Cluster, store: TaskApplication) -> None:
     worker = cluster.worker(wait=False, max_pause="PT1H")
     cluster.sweeper(max_pause="PT1H")
     cluster.wait_for_worker(worker)

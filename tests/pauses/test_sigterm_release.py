@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, submit, timestamp, wait_for_state
 from tests.support.processes import wait_until
 
@@ -16,12 +16,12 @@ LEASE_S = 30.0
 TICKS = 40
 
 
-def _ticks(store: TaskStore, task_id: UUID) -> int:
+def _ticks(store: TaskApplication, task_id: UUID) -> int:
     return int(store.get(task_id).checkpoint.get("ticks", 0))
 
 
 def test_sigterm_releases_the_lease_and_another_worker_resumes_at_once(
-    cluster: Cluster, store: TaskStore
+    cluster: Cluster, store: TaskApplication
 ) -> None:
     workers = cluster.workers(2, lease_seconds=str(LEASE_S))
     task_id = submit(store, "crash-ticker", {"ticks": TICKS, "tick_ms": 300})

@@ -1,4 +1,4 @@
-"""``TaskStore.get_many`` rebuilds exactly what ``get`` rebuilds, with and without snapshots."""
+"""``TaskApplication.get_many`` rebuilds exactly what ``get`` rebuilds, with and without snapshots."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from domain.task import Task
-from store.application import SNAPSHOT_INTERVAL, TaskStore
+from store.application import SNAPSHOT_INTERVAL, TaskApplication
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def _task(store: TaskStore, checkpoints: int) -> Task:
+def _task(store: TaskApplication, checkpoints: int) -> Task:
     task = new_task(NOW, params={"n": checkpoints})
     store.save_tasks(task)
     if checkpoints:
@@ -25,7 +25,7 @@ def _task(store: TaskStore, checkpoints: int) -> Task:
     return task
 
 
-def test_get_many_equals_get(store: TaskStore) -> None:
+def test_get_many_equals_get(store: TaskApplication) -> None:
     fresh, short, snapshotted = _task(store, 0), _task(store, 5), _task(store, SNAPSHOT_INTERVAL + 7)
     assert store.snapshots is not None
     assert list(store.snapshots.get(snapshotted.id))  # it loads through a snapshot

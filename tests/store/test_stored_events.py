@@ -21,7 +21,7 @@ from eventsourcing.persistence import StoredEvent
 
 from domain.states import TaskState
 from domain.task import Pause, Task
-from store.application import TaskStore
+from store.application import TaskApplication
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "stored_events_v0.json").read_text())
 EXPECTED: dict[str, dict[str, Any]] = FIXTURE["expected"]
@@ -43,7 +43,7 @@ def _rows(kind: str) -> list[StoredEvent]:
     ]
 
 
-def _insert(store: TaskStore, *, events: bool = True, snapshots: bool = True) -> None:
+def _insert(store: TaskApplication, *, events: bool = True, snapshots: bool = True) -> None:
     if events:
         store.recorder.insert_events(_rows("events"))
     if snapshots:
@@ -80,7 +80,7 @@ def test_the_fixture_is_the_one_written_by_the_previous_code() -> None:
 
 
 @pytest.mark.parametrize("with_snapshot", [False, True], ids=["events", "events+snapshot"])
-def test_every_stored_task_loads_as_it_was(store: TaskStore, with_snapshot: bool) -> None:
+def test_every_stored_task_loads_as_it_was(store: TaskApplication, with_snapshot: bool) -> None:
     _insert(store, snapshots=with_snapshot)
 
     for task_id, expected in EXPECTED.items():
@@ -91,7 +91,7 @@ def test_every_stored_task_loads_as_it_was(store: TaskStore, with_snapshot: bool
         assert task.is_terminal
 
 
-def test_get_many_loads_every_stored_task_as_it_was(store: TaskStore) -> None:
+def test_get_many_loads_every_stored_task_as_it_was(store: TaskApplication) -> None:
     _insert(store)
 
     tasks = store.get_many([UUID(task_id) for task_id in EXPECTED])
@@ -99,7 +99,7 @@ def test_get_many_loads_every_stored_task_as_it_was(store: TaskStore) -> None:
     assert {str(task_id): summary(task) for task_id, task in tasks.items()} == EXPECTED
 
 
-def test_the_stored_snapshot_alone_rebuilds_its_task(store: TaskStore) -> None:
+def test_the_stored_snapshot_alone_rebuilds_its_task(store: TaskApplication) -> None:
     _insert(store, events=False)
 
     task = store.get(SNAPSHOTTED)  # no events stored: only the snapshot can have built it
@@ -111,7 +111,7 @@ def test_the_stored_snapshot_alone_rebuilds_its_task(store: TaskStore) -> None:
     assert task.pause is None
 
 
-def test_every_stored_event_decodes_as_its_class(store: TaskStore) -> None:
+def test_every_stored_event_decodes_as_its_class(store: TaskApplication) -> None:
     _insert(store, snapshots=False)
 
     for task_id in EXPECTED:
@@ -122,7 +122,7 @@ def test_every_stored_event_decodes_as_its_class(store: TaskStore) -> None:
         assert [e.originator_version for e in events] == list(range(1, len(rows) + 1))
 
 
-def test_version_1_failed_events_load_with_no_epoch(store: TaskStore) -> None:
+def test_version_1_failed_events_load_with_no_epoch(store: TaskApplication) -> None:
     _insert(store, snapshots=False)
 
     for task_id in (FAILED_BY_A_STEP, FAILED_BY_THE_SWEEPER):
@@ -132,7 +132,7 @@ def test_version_1_failed_events_load_with_no_epoch(store: TaskStore) -> None:
         assert failed.message is not None
 
 
-def test_version_1_pause_events_resume_at_the_next_step(store: TaskStore) -> None:
+def test_version_1_pause_events_resume_at_the_next_step(store: TaskApplication) -> None:
     _insert(store, snapshots=False)
 
     asked = [e for e in store.history(SNAPSHOTTED) if isinstance(e, Task.InputRequested | Task.AuthRequested)]
@@ -143,7 +143,7 @@ def test_version_1_pause_events_resume_at_the_next_step(store: TaskStore) -> Non
     ]
 
 
-def test_a_stored_task_loads_at_every_version(store: TaskStore) -> None:
+def test_a_stored_task_loads_at_every_version(store: TaskApplication) -> None:
     """Each version replays; the paused ones hold a typed ``Pause`` built from v1 pause events."""
     _insert(store, snapshots=False)
     for task_id, expected in EXPECTED.items():
@@ -165,7 +165,7 @@ def test_a_stored_task_loads_at_every_version(store: TaskStore) -> None:
     assert (asked.next_step, asked_again.next_step) == (2, 2)
 
 
-def test_a_version_1_snapshot_of_a_paused_task_loads_through_the_upcaster(store: TaskStore) -> None:
+def test_a_version_1_snapshot_of_a_paused_task_loads_through_the_upcaster(store: TaskApplication) -> None:
     """A snapshot as the previous code wrote it for a paused task, whose pause was a dict.
 
     The task's first three events are left out of the store, so only the snapshot (at version 3)

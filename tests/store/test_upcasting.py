@@ -9,13 +9,13 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def _as_version_1(store: TaskStore, event: Any) -> StoredEvent:
+def _as_version_1(store: TaskApplication, event: Any) -> StoredEvent:
     """``event`` stored the way version 1 of its class stored it."""
     stored = store.mapper.to_stored_event(event)
     state = store.mapper.transcoder.decode(stored.state)
@@ -29,7 +29,7 @@ def _as_version_1(store: TaskStore, event: Any) -> StoredEvent:
     )
 
 
-def test_a_version_1_input_request_loads_through_its_upcaster(store: TaskStore) -> None:
+def test_a_version_1_input_request_loads_through_its_upcaster(store: TaskApplication) -> None:
     task = new_task(NOW, skill="access-review", text="review")
     epoch = task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(minutes=1))
     store.save_tasks(task)

@@ -16,12 +16,12 @@ from nats.js import JetStreamContext
 from domain.task import Task
 from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream, header_size
 
 
-def _task_with_events(store: TaskStore, tenant: str = "acme") -> Task:
+def _task_with_events(store: TaskApplication, tenant: str = "acme") -> Task:
     now = datetime.now(UTC)
     task = new_task(now, tenant=tenant)
     task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
@@ -62,7 +62,7 @@ async def _run_until(relay: Relay, count: int) -> None:
 
 
 async def test_publishes_every_event_in_commit_order_then_resumes(
-    store: TaskStore, names: NatsNames, js: JetStreamContext
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     first, second = _task_with_events(store), _task_with_events(store, tenant="other co")
     relay = Relay(store=store, names=names)
@@ -90,7 +90,7 @@ async def test_publishes_every_event_in_commit_order_then_resumes(
 
 
 async def test_republishing_after_a_crash_is_deduplicated(
-    store: TaskStore, names: NatsNames, js: JetStreamContext
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     _task_with_events(store)
     relay = Relay(store=store, names=names)
@@ -104,7 +104,7 @@ async def test_republishing_after_a_crash_is_deduplicated(
     assert len(messages) == 2
 
 
-async def test_only_one_relay_leads(store: TaskStore, names: NatsNames, js: JetStreamContext) -> None:
+async def test_only_one_relay_leads(store: TaskApplication, names: NatsNames, js: JetStreamContext) -> None:
     _task_with_events(store)
     leader, standby = Relay(store=store, names=names), Relay(store=store, names=names)
     stop_leader, stop_standby = asyncio.Event(), asyncio.Event()
@@ -134,13 +134,13 @@ async def test_only_one_relay_leads(store: TaskStore, names: NatsNames, js: JetS
     assert len(await _stream_messages(js, names)) == 6
 
 
-def _submitted_with_text(store: TaskStore, text: str, *, now: datetime) -> Task:
+def _submitted_with_text(store: TaskApplication, text: str, *, now: datetime) -> Task:
     task = new_task(now, text=text)
     store.save_tasks(task)
     return task
 
 
-def _wire_size(relay: Relay, store: TaskStore, task: Task, position: int) -> int:
+def _wire_size(relay: Relay, store: TaskApplication, task: Task, position: int) -> int:
     """What the Submitted event of ``task`` at ``position`` takes on the wire, headers included."""
     (event,) = [e for e in store.history(task.id) if e.originator_version == 1]
     headers = {
@@ -154,7 +154,7 @@ def _wire_size(relay: Relay, store: TaskStore, task: Task, position: int) -> int
 
 
 async def test_an_event_bigger_than_nats_takes_is_published_as_a_reference(
-    store: TaskStore, names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+    store: TaskApplication, names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A SendMessage near the 1 MiB body limit makes an event NATS refuses: it must not stall."""
     big = _submitted_with_text(store, "x" * (1024 * 1024), now=datetime.now(UTC))
@@ -180,7 +180,7 @@ async def test_an_event_bigger_than_nats_takes_is_published_as_a_reference(
 
 
 async def test_an_event_exactly_at_the_servers_limit_goes_whole(
-    store: TaskStore, names: NatsNames, js: JetStreamContext
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     """The size check counts headers as the server does: at the limit whole, one byte over a reference."""
     client = await nats.connect(names.url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.sweeper import Sweeper
 
@@ -23,7 +23,7 @@ class MovableClock:
         return self.now
 
 
-def _paused(store: TaskStore, *, deadline: timedelta, on_deadline: str = "fail") -> Task:
+def _paused(store: TaskApplication, *, deadline: timedelta, on_deadline: str = "fail") -> Task:
     task = new_task(START, skill="access-review", text="review")
     epoch = task.grant_lease(worker="w", now=START, until=START + timedelta(seconds=30))
     task.request_input(
@@ -39,7 +39,7 @@ def _paused(store: TaskStore, *, deadline: timedelta, on_deadline: str = "fail")
     return task
 
 
-def test_a_pause_ends_at_its_deadline_not_before(store: TaskStore) -> None:
+def test_a_pause_ends_at_its_deadline_not_before(store: TaskApplication) -> None:
     clock = MovableClock(START + timedelta(hours=23))
     sweeper = Sweeper(store=store, clock=clock, retention=RETENTION, interval=1)
     fails = _paused(store, deadline=timedelta(days=1))
@@ -60,7 +60,7 @@ def test_a_pause_ends_at_its_deadline_not_before(store: TaskStore) -> None:
     assert sweeper.sweep_once() == (0, 0)
 
 
-def test_terminal_tasks_expire_after_retention(store: TaskStore) -> None:
+def test_terminal_tasks_expire_after_retention(store: TaskApplication) -> None:
     clock = MovableClock(START + timedelta(days=2))
     sweeper = Sweeper(store=store, clock=clock, retention=RETENTION, interval=1)
     task = _paused(store, deadline=timedelta(days=1))

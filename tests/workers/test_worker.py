@@ -11,7 +11,7 @@ import pytest
 
 from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from store.application import TaskStore
+from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig
@@ -21,13 +21,13 @@ def _clock() -> datetime:
     return datetime.now(UTC)
 
 
-def _submit(store: TaskStore, skill: str, version: int = 1) -> UUID:
+def _submit(store: TaskApplication, skill: str, version: int = 1) -> UUID:
     task = new_task(_clock(), skill=skill, version=version, text="go")
     store.save_tasks(task)
     return task.id
 
 
-async def _wait_for(store: TaskStore, check: Callable[[], bool], seconds: float = 20) -> None:
+async def _wait_for(store: TaskApplication, check: Callable[[], bool], seconds: float = 20) -> None:
     for _ in range(int(seconds / 0.05)):
         if await asyncio.to_thread(check):
             return
@@ -73,7 +73,7 @@ def registry(attempts: list[int]) -> SkillRegistry:
 
 
 @pytest.fixture
-async def worker(store: TaskStore, registry: SkillRegistry) -> AsyncIterator[Worker]:
+async def worker(store: TaskApplication, registry: SkillRegistry) -> AsyncIterator[Worker]:
     process = Worker(
         store=store,
         registry=registry,
@@ -89,7 +89,7 @@ async def worker(store: TaskStore, registry: SkillRegistry) -> AsyncIterator[Wor
 
 
 async def test_a_failing_step_is_retried_from_its_checkpoint_then_fails_the_task(
-    store: TaskStore, worker: Worker, attempts: list[int]
+    store: TaskApplication, worker: Worker, attempts: list[int]
 ) -> None:
     task_id = _submit(store, "flaky")
     await _wait_for(store, lambda: store.get(task_id).is_terminal)
@@ -103,7 +103,7 @@ async def test_a_failing_step_is_retried_from_its_checkpoint_then_fails_the_task
 
 
 async def test_an_outcome_the_store_cannot_hold_fails_only_its_own_task(
-    store: TaskStore, worker: Worker
+    store: TaskApplication, worker: Worker
 ) -> None:
     bad = _submit(store, "unstorable")
     good = [_submit(store, "fine") for _ in range(5)]
@@ -113,7 +113,7 @@ async def test_an_outcome_the_store_cannot_hold_fails_only_its_own_task(
     assert {store.get(t).state for t in good} == {"TASK_STATE_COMPLETED"}
 
 
-async def test_a_worker_claims_only_skill_versions_it_has(store: TaskStore, worker: Worker) -> None:
+async def test_a_worker_claims_only_skill_versions_it_has(store: TaskApplication, worker: Worker) -> None:
     foreign = _submit(store, "fine", version=2)  # a newer release's task
     mine = _submit(store, "fine")
     await _wait_for(store, lambda: store.get(mine).is_terminal)
@@ -124,7 +124,9 @@ async def test_a_worker_claims_only_skill_versions_it_has(store: TaskStore, work
     assert untouched.version == 1  # not even a lease was taken
 
 
-async def test_a_repeated_question_resumes_the_step_that_asked(store: TaskStore, worker: Worker) -> None:
+async def test_a_repeated_question_resumes_the_step_that_asked(
+    store: TaskApplication, worker: Worker
+) -> None:
     task_id = _submit(store, "ask-until-ok")
     for answer in ("no", "maybe", "ok"):
         await _wait_for(store, lambda: store.get(task_id).state == "TASK_STATE_INPUT_REQUIRED")

@@ -1,4 +1,8 @@
-"""Agent messages in their A2A 1.0 wire shape."""
+"""Agent messages in their A2A 1.0 wire shape: the one place that writes them.
+
+Every status message longhaul itself writes (a question, a progress note, why a task failed or
+was canceled) is built here, addressed to its task, with a fresh message id.
+"""
 
 from __future__ import annotations
 

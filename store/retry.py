@@ -1,0 +1,140 @@
+"""The one conflict-retry policy, and the executor every use case writes through.
+
+A use case is *load -> command -> save*. The save loses an optimistic race (``ConflictError``)
+when someone appended to the task first; the executor then reloads the task and runs the command
+again on the fresh copy, so every check the command makes (the lease fence, the state, a pause's
+deadline) is made again against what the log now holds: a retry never acts on a stale decision.
+An error of the command itself (a domain refusal, ``LeaseLostError`` above all) is never retried
+and propagates at once. After ``max_attempts`` lost races the executor gives up with
+``RetriesExhaustedError``.
+
+Between attempts it waits a jittered, exponentially growing pause, so that writers that keep
+colliding drift apart instead of colliding again in step. The executor comes in two forms with
+the same loop: ``run_with_retries`` for callers already in a thread (the gateway's and the
+sweeper's use cases save directly), ``run_with_retries_async`` for the worker, whose saves go
+through its group committer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.clock import Clock
+from domain.task import Task
+from store.errors import ConflictError, RetriesExhaustedError
+
+Command = Callable[[Task, datetime], None]
+"""A domain command applied to a task copy at a given time (``now`` is read for each attempt)."""
+
+Save = Callable[[Task], object]
+"""Appends a task's pending events; raises ``ConflictError`` on a lost race."""
+
+AsyncSave = Callable[[Task], Awaitable[None]]
+"""``Save`` for async callers (the worker's group committer)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many lost races a use case survives, and how long it waits after each.
+
+    The pause after the n-th lost attempt lies in ``[c/2, c]`` (uniformly drawn), where the
+    ceiling ``c = min(max_delay_s, first_delay_s * 2 ** (n - 1))`` doubles with each attempt.
+    """
+
+    max_attempts: int
+    first_delay_s: float
+    max_delay_s: float
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("a retry policy makes at least one attempt")
+        if not 0 < self.first_delay_s <= self.max_delay_s:
+            raise ValueError("delays must satisfy 0 < first_delay_s <= max_delay_s")
+
+    def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
+        """The pause after lost attempt ``attempt`` (1 for the first); ``draw`` gives [0, 1)."""
+        ceiling = min(self.max_delay_s, self.first_delay_s * 2.0 ** (attempt - 1))
+        return ceiling * (1 + draw()) / 2
+
+
+CONFLICT_RETRY = RetryPolicy(max_attempts=10, first_delay_s=0.005, max_delay_s=0.25)
+"""The policy of every use case: at most 10 attempts, pauses from 2.5-5 ms up to 125-250 ms
+(about 1 s in all before giving up)."""
+
+
+def run_with_retries(
+    command: Command,
+    *,
+    load: Callable[[], Task],
+    save: Save,
+    clock: Clock,
+    task: Task | None = None,
+    policy: RetryPolicy = CONFLICT_RETRY,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Task:
+    """Apply ``command`` to the task and save it, reloading and re-applying after a lost race.
+
+    Args:
+        command: The domain command; its errors propagate unretried.
+        load: Loads the task as the log holds it now.
+        save: Appends the task's pending events.
+        clock: Read once per attempt.
+        task: A copy to start from instead of loading (it must hold no pending events).
+        policy: Attempts and pauses.
+        sleep: Waits between attempts.
+
+    Returns:
+        The saved task.
+
+    Raises:
+        RetriesExhaustedError: Every attempt lost its race.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        current = task if task is not None else load()
+        command(current, clock())
+        try:
+            save(current)
+        except ConflictError as error:
+            task = None
+            sleep(_pause_after(policy, attempt, current, error))
+            continue
+        return current
+
+
+async def run_with_retries_async(
+    command: Command,
+    *,
+    load: Callable[[], Awaitable[Task]],
+    save: AsyncSave,
+    clock: Clock,
+    task: Task | None = None,
+    policy: RetryPolicy = CONFLICT_RETRY,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Task:
+    """``run_with_retries`` for an async ``load`` and ``save``."""
+    attempt = 0
+    while True:
+        attempt += 1
+        current = task if task is not None else await load()
+        command(current, clock())
+        try:
+            await save(current)
+        except ConflictError as error:
+            task = None
+            await sleep(_pause_after(policy, attempt, current, error))
+            continue
+        return current
+
+
+def _pause_after(policy: RetryPolicy, attempt: int, task: Task, error: ConflictError) -> float:
+    """The pause before the next attempt, or ``RetriesExhaustedError`` if none is left."""
+    if attempt >= policy.max_attempts:
+        raise RetriesExhaustedError(task.id, attempt) from error
+    return policy.delay(attempt)
