@@ -1,9 +1,12 @@
-"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3).
+"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3), or in memory.
 
 Every save is one transaction that appends the events (version-checked by the
 ``(originator_id, originator_version)`` primary key) and writes the run-queue rows derived from
 them. A lost race surfaces as ``ConflictError`` (reload and retry); the domain's
 ``LeaseLostError`` is raised by the command itself after a reload, and stops the caller.
+
+``StoreConfig`` opens it on PostgreSQL (``store.postgres``; the schema is migrated on opening,
+``store.migrations``); ``MemoryConfig`` in this process's memory (``store.memory``).
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 from uuid import UUID
 
-import psycopg
 from eventsourcing.application import AggregateNotFoundError, Application, project_aggregate
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import RecordConflictError, StoredEvent
+from eventsourcing.persistence import RecordConflictError
 from eventsourcing.utils import get_topic
-from psycopg import sql
 
 from domain.task import Task
-from store.locks import advisory_lock
-from store.run_queue import RunQueueRecorder, RunQueueRow
+from store import migrations
+from store.locks import advisory_lock, ddl_lock_name
+from store.memory import MemoryFactory, MemoryRunQueueRecorder
+from store.migrations import MigrationReport
+from store.postgres import PostgresRunQueueRecorder
+from store.run_queue import RunQueue, RunQueueRow
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,7 @@ class TaskNotFoundError(LookupError):
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Where the store lives. ``schema`` isolates deployments (and tests) in one database."""
+    """A store on PostgreSQL. ``schema`` isolates deployments (and tests) in one database."""
 
     database_url: str
     schema: str = "public"
@@ -52,13 +57,20 @@ class StoreConfig:
     cache_size: int = 0
 
 
-def _stored(row: Any) -> StoredEvent:
-    return StoredEvent(
-        originator_id=row["originator_id"],
-        originator_version=row["originator_version"],
-        topic=row["topic"],
-        state=bytes(row["state"]),
-    )
+@dataclass(frozen=True)
+class MemoryConfig:
+    """A store in this process's memory: nothing is kept after it, no other process sees it."""
+
+    cache_size: int = 0
+
+
+def memory_env(config: MemoryConfig) -> dict[str, str]:
+    """The ``eventsourcing`` environment for ``config``."""
+    env = {"PERSISTENCE_MODULE": get_topic(MemoryFactory), "IS_SNAPSHOTTING_ENABLED": "y"}
+    if config.cache_size:
+        env["AGGREGATE_CACHE_MAXSIZE"] = str(config.cache_size)
+        env["AGGREGATE_CACHE_FASTFORWARD"] = "y"
+    return env
 
 
 def postgres_env(config: StoreConfig) -> dict[str, str]:
@@ -68,7 +80,7 @@ def postgres_env(config: StoreConfig) -> dict[str, str]:
         raise ValueError(f"not a PostgreSQL URL: {config.database_url!r}")
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "APPLICATION_RECORDER_TOPIC": get_topic(RunQueueRecorder),
+        "APPLICATION_RECORDER_TOPIC": get_topic(PostgresRunQueueRecorder),
         "POSTGRES_DBNAME": unquote(url.path.lstrip("/")) or "postgres",
         "POSTGRES_HOST": url.hostname or "127.0.0.1",
         "POSTGRES_PORT": str(url.port or 5432),
@@ -88,37 +100,34 @@ def postgres_env(config: StoreConfig) -> dict[str, str]:
     return env
 
 
-def ensure_schema(config: StoreConfig) -> None:
-    """Create the store's schema if it is missing (the library expects it to exist)."""
-    with psycopg.connect(config.database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(config.schema)))
-
-
 class TaskStore(Application[UUID]):
     """The Task event store with its inline run queue."""
 
     name = APP_NAME
     snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig | MemoryConfig) -> None:
         self.config = config
-        # Creating the schema and tables is not safe to run twice at once (processes starting
-        # together race on CREATE ... IF NOT EXISTS): one process at a time, per schema.
-        with advisory_lock(config.database_url, f"longhaul-ddl:{config.schema}"):
-            ensure_schema(config)
-            super().__init__(env=postgres_env(config))
+        self.schema_migrations: MigrationReport | None = None
+        """What opening the store migrated (``None`` in memory)."""
+        if isinstance(config, MemoryConfig):
+            super().__init__(env=memory_env(config))
+            return
+        # Creating and migrating tables is not safe to run twice at once (processes starting
+        # together race on DDL): one process at a time, per schema. A schema that a newer release
+        # migrated is refused before anything is touched.
+        with advisory_lock(config.database_url, ddl_lock_name(config.schema)) as conn:
+            migrations.refuse_newer(conn, config.schema)
+            migrations.create_schema(conn, config.schema)
+            super().__init__(env=postgres_env(config))  # the library creates its own tables
+            self.schema_migrations = migrations.migrate(conn, config.schema)
 
     @property
-    def run_queue(self) -> RunQueueRecorder:
-        """The run-queue view and its queries."""
+    def run_queue(self) -> RunQueue:
+        """The run-queue view, its queries and the append wake-up."""
         recorder = self.recorder
-        assert isinstance(recorder, RunQueueRecorder)
+        assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
         return recorder
-
-    @property
-    def recorder_channel(self) -> str:
-        """The channel every append NOTIFYs (for ``LISTEN``-based wake-ups)."""
-        return self.run_queue.channel_name
 
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""
@@ -132,45 +141,15 @@ class TaskStore(Application[UUID]):
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
         """Rebuild several tasks with two queries in all (missing ids are left out).
 
-        The queries fetch their latest snapshots, then the events after them: what ``get`` does
-        one task at a time.
+        The recorder fetches their latest snapshots, then the events after them: what ``get``
+        does one task at a time (in memory there are no queries to save).
         """
-        ids = list(dict.fromkeys(task_ids))
-        if not ids:
-            return {}
-        schema = sql.Identifier(self.config.schema)
-        snapshots_table = sql.Identifier(f"{APP_NAME}_snapshots")
-        events_table = sql.Identifier(f"{APP_NAME}_events")
-        with self.run_queue.datastore.transaction(commit=False) as curs:
-            curs.execute(
-                sql.SQL(
-                    "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state"
-                    " FROM {}.{} WHERE originator_id = ANY(%s)"
-                    " ORDER BY originator_id, originator_version DESC"
-                ).format(schema, snapshots_table),
-                (ids,),
-            )
-            snapshots = {row["originator_id"]: _stored(row) for row in curs.fetchall()}
-            after = [snapshots[i].originator_version if i in snapshots else 0 for i in ids]
-            curs.execute(
-                sql.SQL(
-                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
-                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS s(id, after)"
-                    " ON e.originator_id = s.id AND e.originator_version > s.after"
-                    " ORDER BY e.originator_id, e.originator_version"
-                ).format(schema, events_table),
-                (ids, after),
-            )
-            events: dict[UUID, list[StoredEvent]] = {}
-            for row in curs.fetchall():
-                events.setdefault(row["originator_id"], []).append(_stored(row))
+        histories = self.run_queue.select_histories(list(dict.fromkeys(task_ids)))
         assert self.snapshots is not None
         tasks: dict[UUID, Task] = {}
-        for task_id in ids:
-            history = (
-                [self.snapshots.mapper.to_domain_event(snapshots[task_id])] if task_id in snapshots else []
-            )
-            history += [self.mapper.to_domain_event(e) for e in events.get(task_id, [])]
+        for task_id, stored in histories.items():
+            history = [self.snapshots.mapper.to_domain_event(stored.snapshot)] if stored.snapshot else []
+            history += [self.mapper.to_domain_event(e) for e in stored.events]
             task: Task | None = project_aggregate(None, history)
             if task is not None:
                 tasks[task_id] = task

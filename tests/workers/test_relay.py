@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 
 from domain.task import Task
 from projections.subjects import NatsNames
-from store.application import TaskStore
+from store.application import StoreConfig, TaskStore
 from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream
 
@@ -94,8 +94,8 @@ async def test_republishing_after_a_crash_is_deduplicated(
     _task_with_events(store)
     relay = Relay(store=store, names=names)
     await ensure_stream(js, names)
+    assert isinstance(store.config, StoreConfig)
     async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
-        await relay._create_table(conn)
         position = await relay.relay_batch(js, conn, 0)
         # A relay that died before saving its position publishes the same events again.
         assert await relay.relay_batch(js, conn, 0) == position
