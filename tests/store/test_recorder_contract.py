@@ -1,8 +1,9 @@
 """One contract for both recorders: every test runs on PostgreSQL and in memory.
 
-The ``any_store`` fixture opens the real ``TaskStore`` on each recorder; the memory variant needs
-no database. Rows with exact fields are written the way the store writes them, riding on an
-append (``store.save(task, run_queue=[row])``), so each query can be pinned down precisely.
+The ``any_store`` fixture (``tests/conftest.py``) opens the real ``TaskStore`` on each recorder;
+the memory variant needs no database. Rows with exact fields are written the way the store writes
+them, riding on an append (``store.save(task, run_queue=[row])``), so each query can be pinned
+down precisely.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,17 +30,6 @@ SKILLS = [("alpha", 1), ("beta", 2)]
 SUBMITTED, WORKING = TaskState.SUBMITTED, TaskState.WORKING
 INPUT, AUTH = TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED
 COMPLETED, FAILED, CANCELED = TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def any_store(request: pytest.FixtureRequest) -> Iterator[TaskStore]:
-    """The real ``TaskStore`` in memory, then on this test's PostgreSQL schema."""
-    if request.param == "postgres":
-        yield request.getfixturevalue("store")
-        return
-    store = TaskStore(MemoryConfig())
-    yield store
-    store.close()
 
 
 def minutes(n: float) -> datetime:
