@@ -1,12 +1,9 @@
-"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3), or in memory.
+"""The event store: an ``eventsourcing`` Application over PostgreSQL (psycopg 3).
 
 Every save is one transaction that appends the events (version-checked by the
 ``(originator_id, originator_version)`` primary key) and writes the run-queue rows derived from
 them. A lost race surfaces as ``ConflictError`` (reload and retry); the domain's
 ``LeaseLostError`` is raised by the command itself after a reload, and stops the caller.
-
-``StoreConfig`` opens it on PostgreSQL (``store.postgres``; the schema is migrated on opening,
-``store.migrations``); ``MemoryConfig`` in this process's memory (``store.memory``).
 """
 
 from __future__ import annotations
@@ -47,7 +44,10 @@ class TaskNotFoundError(LookupError):
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """A store on PostgreSQL. ``schema`` isolates deployments (and tests) in one database."""
+    """A store on PostgreSQL (``store.postgres``), its schema migrated on opening (``store.migrations``).
+
+    ``schema`` isolates deployments (and tests) in one database.
+    """
 
     database_url: str
     schema: str = "public"
@@ -59,7 +59,7 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """A store in this process's memory: nothing is kept after it, no other process sees it."""
+    """A store in this process's memory (``store.memory``): nothing outlives it, no other sees it."""
 
     cache_size: int = 0
 
@@ -148,7 +148,11 @@ class TaskStore(Application[UUID]):
         assert self.snapshots is not None
         tasks: dict[UUID, Task] = {}
         for task_id, stored in histories.items():
-            history = [self.snapshots.mapper.to_domain_event(stored.snapshot)] if stored.snapshot else []
+            history = (
+                [self.snapshots.mapper.to_domain_event(stored.snapshot)]
+                if stored.snapshot is not None
+                else []
+            )
             history += [self.mapper.to_domain_event(e) for e in stored.events]
             task: Task | None = project_aggregate(None, history)
             if task is not None:
