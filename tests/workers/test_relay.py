@@ -15,9 +15,9 @@ from nats.js import JetStreamContext
 
 from domain.task import Task
 from projections.subjects import NatsNames
-from store.application import StoreConfig, TaskStore
+from store.application import MemoryConfig, StoreConfig, TaskStore
 from tests.support.tasks import new_task
-from workers.relay import Relay, ensure_stream
+from workers.relay import Relay, RelayUnavailableError, ensure_stream
 
 
 def _task_with_events(store: TaskStore, tenant: str = "acme") -> Task:
@@ -131,3 +131,12 @@ async def test_only_one_relay_leads(store: TaskStore, names: NatsNames, js: JetS
     await waiting
     assert standby.published == 2
     assert len(await _stream_messages(js, names)) == 6
+
+
+def test_a_relay_over_an_in_memory_store_refuses_to_start(names: NatsNames) -> None:
+    store = TaskStore(MemoryConfig())
+    try:
+        with pytest.raises(RelayUnavailableError, match="needs the store on PostgreSQL"):
+            Relay(store=store, names=names)
+    finally:
+        store.close()
