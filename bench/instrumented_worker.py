@@ -40,7 +40,7 @@ from domain.task import Task
 from longhaul import cli, wiring
 from store import application as eventstore
 from store.application import TaskApplication, TaskNotFoundError
-from store.run_queue import RunQueueRecorder
+from store.postgres import PostgresRunQueueRecorder
 from workers.lease import LeasedTask
 from workers.worker import Worker
 
@@ -156,7 +156,11 @@ def install() -> None:
     TaskApplication.save_each = save_each  # type: ignore[method-assign]
     TaskApplication.get = _timed_sync("store.get", TaskApplication.get)  # type: ignore[method-assign]
     for name in ("claimable", "owners", "next_lease_end"):
-        setattr(RunQueueRecorder, name, _timed_sync(f"run_queue.{name}", getattr(RunQueueRecorder, name)))
+        setattr(
+            PostgresRunQueueRecorder,
+            name,
+            _timed_sync(f"run_queue.{name}", getattr(PostgresRunQueueRecorder, name)),
+        )
     Worker._claim = _timed_async("worker._claim", Worker._claim)  # type: ignore[method-assign]
     Worker._claim_some = _timed_async("worker._claim_some", Worker._claim_some)  # type: ignore[method-assign]
     LeasedTask.commit = _timed_async("lease.commit", LeasedTask.commit)  # type: ignore[method-assign]

@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("task_id", type=UUID, metavar="TASK_ID")
     history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
+    sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     return parser
 
 
@@ -85,6 +86,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             return commands.history(settings, args.task_id, as_json=args.json)
         case "skills":
             return commands.skills(settings)
+        case "migrate":
+            return commands.migrate(settings)
     return 0
 
 

@@ -26,7 +26,8 @@ from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
 from store.application import TaskApplication, TaskNotFoundError
-from workers.relay import Relay
+from store.migrations import SchemaTooNewError
+from workers.relay import Relay, RelayUnavailableError
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.worker import Worker
@@ -98,11 +99,14 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
 async def _gateway_app(
     settings: Settings, store: TaskApplication, clock: Clock, port: int
 ) -> AsyncIterator[Any]:
-    """The Litestar app, waking blocking calls from NATS (or polling the log without NATS)."""
+    """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
+
+    Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
+    """
     registry = wiring.build_registry(settings)
     client = None
     waiter = None
-    if settings.nats_url is not None:
+    if settings.nats_url is not None and settings.store == "postgres":
         try:
             # With unlimited reconnects nats-py retries the first connect forever: bound it here.
             client = await asyncio.wait_for(nats.connect(settings.nats_url, max_reconnect_attempts=-1), 10)
@@ -129,7 +133,7 @@ async def _gateway_app(
 def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
     try:
         return wiring.build_store(settings, pool_size=pool_size)
-    except wiring.ConfigurationError as error:
+    except (wiring.ConfigurationError, SchemaTooNewError) as error:
         raise CommandError(str(error)) from error
 
 
@@ -225,11 +229,24 @@ def _sweeper(settings: Settings, store: TaskApplication) -> Sweeper:
 async def relay(settings: Settings) -> None:
     """Publish committed events to NATS until stopped."""
     stop = _stop_event()
+    if settings.store == "memory":
+        raise CommandError(
+            "the relay needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process, "
+            "so a relay process has no events to publish (`longhaul up` runs without a relay then)"
+        )
+    names = _names(settings)
     store = _open_store(settings)
     try:
-        await Relay(store=store, names=_names(settings)).run(stop)
+        await _relay(store, names).run(stop)
     finally:
         store.close()
+
+
+def _relay(store: TaskApplication, names: Any) -> Relay:
+    try:
+        return Relay(store=store, names=names)
+    except RelayUnavailableError as error:
+        raise CommandError(str(error)) from error
 
 
 def _names(settings: Settings) -> Any:
@@ -251,11 +268,16 @@ async def up(settings: Settings) -> None:
     """Run everything in one process until Ctrl-C or SIGTERM, then stop it all, keeping the data.
 
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
-    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper and the relay.
+    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper and the relay. With
+    ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL, NATS or relay.
     """
     stop = _stop_event()
+    in_memory = settings.store == "memory"
     with ExitStack() as services:
-        settings = _with_embedded_services(settings, services)
+        if in_memory:
+            log.warning("LONGHAUL_STORE=memory: tasks are kept in this process only and lost when it stops")
+        else:
+            settings = _with_embedded_services(settings, services)
         gateway_sock = _listen(settings.host, settings.port)
         port = gateway_sock.getsockname()[1]
         parts: list[Awaitable[None]] = []
@@ -276,8 +298,9 @@ async def up(settings: Settings) -> None:
                     _serve(app, gateway_sock, stop),
                     _worker(settings, store, stop),
                     _sweeper(settings, store).run(stop),
-                    Relay(store=store, names=wiring.nats_names(settings)).run(stop),
                 ]
+                if not in_memory:
+                    parts.append(Relay(store=store, names=wiring.nats_names(settings)).run(stop))
                 _write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
@@ -314,8 +337,13 @@ def _write_services_file(settings: Settings, url: str) -> None:
 
 
 @contextlib.contextmanager
-def _store_for_reading(settings: Settings) -> Iterator[TaskApplication]:
+def _store_for_reading(settings: Settings, command: str) -> Iterator[TaskApplication]:
     """The store: at the configured URL, else at a running ``up``'s, else an embedded one."""
+    if settings.store == "memory":
+        raise CommandError(
+            f"`longhaul {command}` needs LONGHAUL_STORE=postgres: an in-memory store lives inside "
+            "the one process that runs it, so there is nothing here to read or migrate"
+        )
     with ExitStack() as services:
         if settings.database_url is None:
             running = _running_up(settings.data_dir)
@@ -340,7 +368,7 @@ def _running_up(data_dir: Path) -> str | None:
 
 def history(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
     """Print every event of a task: version, time, type and body."""
-    with _store_for_reading(settings) as store:
+    with _store_for_reading(settings, "history") as store:
         try:
             tenant = store.get(task_id).tenant
         except TaskNotFoundError:
@@ -359,7 +387,7 @@ def history(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
 def skills(settings: Settings) -> int:
     """Print every skill version with its live task count, and what this release lacks."""
     registry = wiring.build_registry(settings)
-    with _store_for_reading(settings) as store:
+    with _store_for_reading(settings, "skills") as store:
         uses = version_use(store, registry)
     print(f"{'SKILL':<20} {'VERSION':>7} {'LIVE TASKS':>10}  STATUS")
     newest = {s.name: registry.newest(s.name).version for s in registry.all()}
@@ -373,4 +401,18 @@ def skills(settings: Settings) -> int:
         else:
             status = "drained: can be removed"
         print(f"{use.skill:<20} {use.version:>7} {use.live_tasks:>10}  {status}")
+    return 0
+
+
+def migrate(settings: Settings) -> int:
+    """Apply pending schema migrations (opening the store does) and print what was applied."""
+    with _store_for_reading(settings, "migrate") as store:
+        report = store.schema_migrations
+    assert report is not None
+    for migration in report.applied:
+        print(f"applied {migration.label}")
+    if report.applied:
+        print(f"schema {report.schema}: migrated from version {report.found} to {report.version}")
+    else:
+        print(f"schema {report.schema}: at version {report.version}, nothing to apply")
     return 0

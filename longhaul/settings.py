@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -14,6 +15,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LONGHAUL_", extra="ignore", validate_default=True)
 
+    store: Literal["postgres", "memory"] = Field(
+        default="postgres",
+        description=(
+            "Where tasks are kept: postgres (at LONGHAUL_DATABASE_URL), or memory: inside this one"
+            " process only, so nothing is kept when it stops and no other process sees the tasks"
+            " (tests and demos; the relay refuses it)."
+        ),
+    )
     database_url: str | None = Field(
         default=None,
         description="PostgreSQL URL (postgresql://user:pass@host:port/db). Unset: embedded PostgreSQL.",

@@ -12,7 +12,7 @@ from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
 from projections.subjects import NatsNames
-from store.application import StoreConfig, TaskApplication
+from store.application import MemoryConfig, StoreConfig, TaskApplication
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
@@ -32,8 +32,12 @@ def system_clock(settings: Settings) -> Clock:
     return now
 
 
-def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> StoreConfig:
-    """Where the event store lives."""
+def store_config(
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0
+) -> StoreConfig | MemoryConfig:
+    """Where the event store lives: ``LONGHAUL_STORE`` chooses PostgreSQL or this process's memory."""
+    if settings.store == "memory":
+        return MemoryConfig(cache_size=cache_size)
     if settings.database_url is None:
         raise ConfigurationError(
             "LONGHAUL_DATABASE_URL is not set (only `longhaul up` starts an embedded PostgreSQL)"
@@ -48,7 +52,7 @@ def store_config(settings: Settings, *, pool_size: int = 5, cache_size: int = 0)
 
 
 def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
-    """Open the event store (creating its tables on first use)."""
+    """Open the event store (on PostgreSQL, creating or migrating its tables first)."""
     return TaskApplication(store_config(settings, pool_size=pool_size, cache_size=cache_size))
 
 

@@ -25,12 +25,10 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 from uuid import UUID, uuid4, uuid5
 
-import psycopg
 from eventsourcing.application import AggregateNotFoundError, Application, project_aggregate
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import JSONTranscoder, RecordConflictError, StoredEvent
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 from eventsourcing.utils import get_topic
-from psycopg import sql
 from typing_extensions import override
 
 from domain.clock import Clock
@@ -38,6 +36,7 @@ from domain.errors import NotPausedError, PauseDeadlinePassedError
 from domain.skill import Skill
 from domain.states import TaskState
 from domain.task import Task
+from store import migrations
 from store.errors import (
     AnswerTooLateError,
     ContextMismatchError,
@@ -47,10 +46,13 @@ from store.errors import (
 )
 from store.errors import ConflictError as ConflictError  # noqa: PLC0414 - re-exported for importers
 from store.errors import TaskNotFoundError as TaskNotFoundError  # noqa: PLC0414 - re-exported for importers
-from store.locks import advisory_lock
+from store.locks import advisory_lock, ddl_lock_name
+from store.memory import MemoryFactory, MemoryRunQueueRecorder
 from store.messages import agent_message
+from store.migrations import MigrationReport
+from store.postgres import PostgresRunQueueRecorder
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
-from store.run_queue import RunQueueRecorder, RunQueueRow
+from store.run_queue import RunQueue, RunQueueRow
 from store.transcodings import register_domain_transcodings
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,10 @@ CANCEL_TEXT = "Canceled by the client."
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Where the store lives. ``schema`` isolates deployments (and tests) in one database."""
+    """A store on PostgreSQL (``store.postgres``), its schema migrated on opening (``store.migrations``).
+
+    ``schema`` isolates deployments (and tests) in one database.
+    """
 
     database_url: str
     schema: str = "public"
@@ -83,13 +88,20 @@ class StoreConfig:
     cache_size: int = 0
 
 
-def _stored(row: Any) -> StoredEvent:
-    return StoredEvent(
-        originator_id=row["originator_id"],
-        originator_version=row["originator_version"],
-        topic=row["topic"],
-        state=bytes(row["state"]),
-    )
+@dataclass(frozen=True)
+class MemoryConfig:
+    """A store in this process's memory (``store.memory``): nothing outlives it, no other sees it."""
+
+    cache_size: int = 0
+
+
+def memory_env(config: MemoryConfig) -> dict[str, str]:
+    """The ``eventsourcing`` environment for ``config``."""
+    env = {"PERSISTENCE_MODULE": get_topic(MemoryFactory), "IS_SNAPSHOTTING_ENABLED": "y"}
+    if config.cache_size:
+        env["AGGREGATE_CACHE_MAXSIZE"] = str(config.cache_size)
+        env["AGGREGATE_CACHE_FASTFORWARD"] = "y"
+    return env
 
 
 def postgres_env(config: StoreConfig) -> dict[str, str]:
@@ -99,7 +111,7 @@ def postgres_env(config: StoreConfig) -> dict[str, str]:
         raise ValueError(f"not a PostgreSQL URL: {config.database_url!r}")
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "APPLICATION_RECORDER_TOPIC": get_topic(RunQueueRecorder),
+        "APPLICATION_RECORDER_TOPIC": get_topic(PostgresRunQueueRecorder),
         "POSTGRES_DBNAME": unquote(url.path.lstrip("/")) or "postgres",
         "POSTGRES_HOST": url.hostname or "127.0.0.1",
         "POSTGRES_PORT": str(url.port or 5432),
@@ -119,25 +131,27 @@ def postgres_env(config: StoreConfig) -> dict[str, str]:
     return env
 
 
-def ensure_schema(config: StoreConfig) -> None:
-    """Create the store's schema if it is missing (the library expects it to exist)."""
-    with psycopg.connect(config.database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(config.schema)))
-
-
 class TaskApplication(Application[UUID]):
     """The Task event store with its inline run queue, and the task use cases."""
 
     name = APP_NAME
     snapshotting_intervals: ClassVar[dict[type[Any], int]] = {Task: SNAPSHOT_INTERVAL}
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig | MemoryConfig) -> None:
         self.config = config
-        # Creating the schema and tables is not safe to run twice at once (processes starting
-        # together race on CREATE ... IF NOT EXISTS): one process at a time, per schema.
-        with advisory_lock(config.database_url, f"longhaul-ddl:{config.schema}"):
-            ensure_schema(config)
-            super().__init__(env=postgres_env(config))
+        self.schema_migrations: MigrationReport | None = None
+        """What opening the store migrated (``None`` in memory)."""
+        if isinstance(config, MemoryConfig):
+            super().__init__(env=memory_env(config))
+            return
+        # Creating and migrating tables is not safe to run twice at once (processes starting
+        # together race on DDL): one process at a time, per schema. A schema that a newer release
+        # migrated is refused before anything is touched.
+        with advisory_lock(config.database_url, ddl_lock_name(config.schema)) as conn:
+            migrations.refuse_newer(conn, config.schema)
+            migrations.create_schema(conn, config.schema)
+            super().__init__(env=postgres_env(config))  # the library creates its own tables
+            self.schema_migrations = migrations.migrate(conn, config.schema)
 
     @override
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
@@ -145,16 +159,11 @@ class TaskApplication(Application[UUID]):
         register_domain_transcodings(transcoder)
 
     @property
-    def run_queue(self) -> RunQueueRecorder:
-        """The run-queue view and its queries."""
+    def run_queue(self) -> RunQueue:
+        """The run-queue view, its queries and the append wake-up."""
         recorder = self.recorder
-        assert isinstance(recorder, RunQueueRecorder)
+        assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
         return recorder
-
-    @property
-    def recorder_channel(self) -> str:
-        """The channel every append NOTIFYs (for ``LISTEN``-based wake-ups)."""
-        return self.run_queue.channel_name
 
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""
@@ -168,45 +177,19 @@ class TaskApplication(Application[UUID]):
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
         """Rebuild several tasks with two queries in all (missing ids are left out).
 
-        The queries fetch their latest snapshots, then the events after them: what ``get`` does
-        one task at a time.
+        The recorder fetches their latest snapshots, then the events after them: what ``get``
+        does one task at a time (in memory there are no queries to save).
         """
-        ids = list(dict.fromkeys(task_ids))
-        if not ids:
-            return {}
-        schema = sql.Identifier(self.config.schema)
-        snapshots_table = sql.Identifier(f"{APP_NAME}_snapshots")
-        events_table = sql.Identifier(f"{APP_NAME}_events")
-        with self.run_queue.datastore.transaction(commit=False) as curs:
-            curs.execute(
-                sql.SQL(
-                    "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state"
-                    " FROM {}.{} WHERE originator_id = ANY(%s)"
-                    " ORDER BY originator_id, originator_version DESC"
-                ).format(schema, snapshots_table),
-                (ids,),
-            )
-            snapshots = {row["originator_id"]: _stored(row) for row in curs.fetchall()}
-            after = [snapshots[i].originator_version if i in snapshots else 0 for i in ids]
-            curs.execute(
-                sql.SQL(
-                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
-                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS s(id, after)"
-                    " ON e.originator_id = s.id AND e.originator_version > s.after"
-                    " ORDER BY e.originator_id, e.originator_version"
-                ).format(schema, events_table),
-                (ids, after),
-            )
-            events: dict[UUID, list[StoredEvent]] = {}
-            for row in curs.fetchall():
-                events.setdefault(row["originator_id"], []).append(_stored(row))
+        histories = self.run_queue.select_histories(list(dict.fromkeys(task_ids)))
         assert self.snapshots is not None
         tasks: dict[UUID, Task] = {}
-        for task_id in ids:
+        for task_id, stored in histories.items():
             history = (
-                [self.snapshots.mapper.to_domain_event(snapshots[task_id])] if task_id in snapshots else []
+                [self.snapshots.mapper.to_domain_event(stored.snapshot)]
+                if stored.snapshot is not None
+                else []
             )
-            history += [self.mapper.to_domain_event(e) for e in events.get(task_id, [])]
+            history += [self.mapper.to_domain_event(e) for e in stored.events]
             task: Task | None = project_aggregate(None, history)
             if task is not None:
                 tasks[task_id] = task

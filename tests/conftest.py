@@ -29,7 +29,7 @@ from psycopg import sql
 
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from store.application import StoreConfig, TaskApplication
+from store.application import MemoryConfig, StoreConfig, TaskApplication
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
 # so that a submission's result does not depend on the draw. Failures found locally are kept in
@@ -131,6 +131,15 @@ def store_config(database_url: str) -> Iterator[StoreConfig]:
 def store(store_config: StoreConfig) -> Iterator[TaskApplication]:
     """A ``TaskApplication`` on this test's schema, closed afterwards."""
     task_store = TaskApplication(store_config)
+    yield task_store
+    task_store.close()
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def any_store(request: pytest.FixtureRequest) -> Iterator[TaskApplication]:
+    """The real ``TaskApplication`` in memory (no database needed), then on this test's schema."""
+    config = MemoryConfig() if request.param == "memory" else request.getfixturevalue("store_config")
+    task_store = TaskApplication(config)
     yield task_store
     task_store.close()
 

@@ -5,6 +5,9 @@ table lock), so reading ``id > last relayed`` never skips a late commit. Each ev
 JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay that crashes after
 publishing and before saving its position republishes duplicates that JetStream drops. Only one
 relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
+
+The relay needs a store on PostgreSQL (its position table, created by the schema migrations,
+and its leadership lock live there): over an in-memory store it refuses to start.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from psycopg import sql
 
 from projections.event_json import dumps, event_message, reference_message
 from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.application import StoreConfig, TaskApplication
 from store.locks import advisory_key
 from workers.wakeup import Wakeup
 
@@ -56,12 +59,22 @@ async def ensure_stream(js: Any, names: NatsNames) -> None:
         )
 
 
+class RelayUnavailableError(RuntimeError):
+    """The store is not on PostgreSQL, so there is no log for a relay to follow from outside."""
+
+
 class Relay:
     """Follows the notification log and publishes to JetStream."""
 
     def __init__(self, *, store: TaskApplication, names: NatsNames) -> None:
+        if not isinstance(store.config, StoreConfig):
+            raise RelayUnavailableError(
+                "the relay needs the store on PostgreSQL (LONGHAUL_STORE=postgres): an in-memory "
+                "store lives inside one process, with no log, position table or leader lock to share"
+            )
         self.store = store
         self.names = names
+        self._database_url = store.config.database_url
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
         self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
@@ -87,9 +100,8 @@ class Relay:
                 backoff = min(backoff * 2, 10.0)
 
     async def _lead_and_relay(self, stop: asyncio.Event) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.store.config.database_url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(self._database_url, autocommit=True)
         try:
-            await self._create_table(conn)
             while not stop.is_set():
                 cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
                 row = await cursor.fetchone()
@@ -108,7 +120,7 @@ class Relay:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         nc = await asyncio.wait_for(nats.connect(self.names.url, max_reconnect_attempts=-1), NATS_CONNECT_S)
         self.max_payload = nc.max_payload
-        wakeup = Wakeup(self.store.config.database_url, self.store.recorder_channel)
+        wakeup = Wakeup(self.store.run_queue)
         wakeup.start()
         try:
             js = nc.jetstream()
@@ -192,13 +204,6 @@ class Relay:
         )
         self.referenced += 1
         return dumps(reference_message(position, tenant, event, reason=reason)).encode()
-
-    async def _create_table(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, position bigint NOT NULL)"
-            ).format(self._table)
-        )
 
     async def _position(self, conn: psycopg.AsyncConnection[Any]) -> int:
         cursor = await conn.execute(

@@ -63,7 +63,7 @@ class Worker:
         # never splits a group of step commits.
         self.claim_committer = Committer(store)
         self._skills = [(s.name, s.version) for s in registry.all()]
-        self._wakeup = Wakeup(store.config.database_url, store.recorder_channel)
+        self._wakeup = Wakeup(store.run_queue)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until ``stop`` is set, then drain (see ``_drain``)."""

@@ -20,9 +20,10 @@ from tests.support.processes import free_port, rpc, wait_for_http
 AGENT_CARD_WITHIN_S = 20
 
 
-def _start_up(folder: Path, port: int) -> subprocess.Popen[bytes]:
+def _start_up(folder: Path, port: int, **settings: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
     env["LONGHAUL_PORT"] = str(port)
+    env.update({f"LONGHAUL_{name.upper()}": value for name, value in settings.items()})
     with (folder / "up.log").open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "longhaul.cli", "up"],
@@ -83,3 +84,33 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
         assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False)
     assert leftovers.stdout.strip() == "", f"processes left running: {leftovers.stdout}"
+
+
+def test_up_in_memory_runs_tasks_without_a_database_and_keeps_nothing(folder: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"text": "only in memory"}],
+        "metadata": {"skill": "echo"},
+    }
+    up = _start_up(folder, port, store="memory")
+    try:
+        wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
+        task = rpc(base, "SendMessage", {"message": message})["result"]["task"]  # type: ignore[index]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    finally:
+        assert _interrupt(up) == 0, (folder / "up.log").read_text()
+    log = (folder / "up.log").read_text()
+    assert "LONGHAUL_STORE=memory" in log
+    assert not (folder / ".longhaul" / "postgres").exists()  # no PostgreSQL, no NATS
+    assert not (folder / ".longhaul" / "nats").exists()
+
+    up = _start_up(folder, port, store="memory")
+    try:
+        wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
+        fetched = rpc(base, "GetTask", {"id": task["id"]})
+        assert "error" in fetched  # nothing was kept
+    finally:
+        assert _interrupt(up) == 0, (folder / "up.log").read_text()

@@ -16,9 +16,9 @@ from nats.js import JetStreamContext
 from domain.task import Task
 from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.application import MemoryConfig, StoreConfig, TaskApplication
 from tests.support.tasks import new_task
-from workers.relay import Relay, ensure_stream, header_size
+from workers.relay import Relay, RelayUnavailableError, ensure_stream, header_size
 
 
 def _task_with_events(store: TaskApplication, tenant: str = "acme") -> Task:
@@ -95,8 +95,8 @@ async def test_republishing_after_a_crash_is_deduplicated(
     _task_with_events(store)
     relay = Relay(store=store, names=names)
     await ensure_stream(js, names)
+    assert isinstance(store.config, StoreConfig)
     async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
-        await relay._create_table(conn)
         position = await relay.relay_batch(js, conn, 0)
         # A relay that died before saving its position publishes the same events again.
         assert await relay.relay_batch(js, conn, 0) == position
@@ -200,8 +200,8 @@ async def test_an_event_exactly_at_the_servers_limit_goes_whole(
     assert sizes == {1: limit, 2: limit + 1}
 
     await ensure_stream(js, names)
+    assert isinstance(store.config, StoreConfig)
     async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
-        await relay._create_table(conn)
         assert await relay.relay_batch(js, conn, 0) == 2
     whole, referenced = await _stream_messages(js, names)
     assert whole["body"]["message"]["parts"][0]["text"].startswith("xxx")
@@ -218,3 +218,12 @@ def _wire_size_of_unsaved(relay: Relay, task: Task, position: int) -> int:
         "Longhaul-Type": "Submitted",
     }
     return len(dumps(event_message(position, task.tenant, event)).encode()) + header_size(headers)
+
+
+def test_a_relay_over_an_in_memory_store_refuses_to_start(names: NatsNames) -> None:
+    store = TaskApplication(MemoryConfig())
+    try:
+        with pytest.raises(RelayUnavailableError, match="needs the store on PostgreSQL"):
+            Relay(store=store, names=names)
+    finally:
+        store.close()

@@ -1,4 +1,4 @@
-"""An in-process worker on real PostgreSQL: retries, failures that stay local, version filtering."""
+"""An in-process worker, on PostgreSQL and in memory: retries, local failures, version filtering."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ async def _wait_for(store: TaskApplication, check: Callable[[], bool], seconds: 
             return
         await asyncio.sleep(0.05)
     raise AssertionError("timed out")
+
+
+@pytest.fixture
+def store(any_store: TaskApplication) -> TaskApplication:
+    """Every test here runs on both recorders: the worker needs nothing but the store's contract."""
+    return any_store
 
 
 @pytest.fixture
@@ -142,3 +148,27 @@ async def test_a_repeated_question_resumes_the_step_that_asked(
     assert done.state == "TASK_STATE_COMPLETED"
     asked = [e for e in store.history(task_id) if isinstance(e, Task.InputRequested)]
     assert [(e.step, e.resume_step) for e in asked] == [(0, 0), (0, 0), (0, 0)]
+
+
+async def test_an_append_wakes_an_idle_worker_at_once(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    """With polling all but off, only the store's append wake-up can start the task quickly."""
+    process = Worker(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        config=WorkerConfig(
+            worker_id="idle", lease_seconds=10, concurrency=2, grace_seconds=1, poll_seconds=60
+        ),
+        policy=RunPolicy(max_pause=timedelta(days=1)),
+    )
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    try:
+        await asyncio.sleep(0.5)  # idle now, waiting up to the poll interval
+        task_id = _submit(store, "fine")
+        await _wait_for(store, lambda: store.get(task_id).is_terminal, seconds=5)
+    finally:
+        stop.set()
+        await running

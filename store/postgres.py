@@ -1,0 +1,254 @@
+"""The PostgreSQL recorder: the library's application recorder plus the run-queue table.
+
+The run-queue rows are upserted by the same transaction that appends the events (under the
+library's table lock), so they are written only when the append commits. Claims and deadline
+sweeps are index lookups on partial indexes, so their cost does not grow with the number of
+paused or finished tasks. The table and its indexes come from the schema migrations
+(``store/migrations``), not from this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from psycopg import Cursor
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Identifier
+
+from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
+from store.run_queue import RUN_QUEUE_TABLE, RunQueueRow, StoredHistory
+
+log = logging.getLogger(__name__)
+
+RUNNABLE_SQL = ", ".join(f"'{s}'" for s in sorted(RUNNABLE))
+PAUSED_SQL = ", ".join(f"'{s}'" for s in sorted(INTERRUPTED))
+TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+
+
+class PostgresRunQueueRecorder(PostgresApplicationRecorder):
+    """The application recorder that also keeps the run queue, inside the append transaction."""
+
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events") -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+        # One NOTIFY channel per schema: idle workers of other deployments (or tests) sharing the
+        # database are not woken by this one's appends.
+        self.channel_name = f"{datastore.schema}.{self.channel_name}"[: self.MAX_IDENTIFIER_LEN]
+        self.run_queue_table = RUN_QUEUE_TABLE
+        self.snapshots_table = events_table_name.removesuffix("_events") + "_snapshots"
+        schema, table = Identifier(datastore.schema), Identifier(self.run_queue_table)
+        self._upsert = SQL(
+            "INSERT INTO {schema}.{table} (task_id, version, tenant, state, skill, skill_version,"
+            " next_step, lease_owner, lease_until, deadline, updated_at, expired)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version,"
+            " state = EXCLUDED.state, next_step = EXCLUDED.next_step,"
+            " lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until,"
+            " deadline = EXCLUDED.deadline, updated_at = EXCLUDED.updated_at,"
+            " expired = EXCLUDED.expired"
+            " WHERE {table}.version < EXCLUDED.version"
+        ).format(schema=schema, table=table)
+
+    def _insert_events(
+        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
+        if rows:
+            curs.executemany(
+                self._upsert,
+                [
+                    (
+                        r.task_id,
+                        r.version,
+                        r.tenant,
+                        r.state,
+                        r.skill,
+                        r.skill_version,
+                        r.next_step,
+                        r.lease_owner,
+                        r.lease_until,
+                        r.deadline,
+                        r.updated_at,
+                        r.expired,
+                    )
+                    for r in rows
+                ],
+            )
+        super()._insert_events(curs, stored_events, **kwargs)
+
+    # ------------------------------------------------------------------ queries
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[DictRow]:
+        statement = SQL(sql).format(
+            schema=Identifier(self.datastore.schema), table=Identifier(self.run_queue_table)
+        )
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(statement, params, prepare=True)
+            return curs.fetchall()
+
+    def claimable(self, now: datetime, limit: int, skills: Sequence[tuple[str, int]]) -> list[UUID]:
+        """Tasks a worker may claim at ``now`` (see ``RunQueue.claimable``)."""
+        names, versions = _split(skills)
+        rows = self._query(
+            "SELECT task_id FROM {schema}.{table} WHERE state IN (" + RUNNABLE_SQL + ")"
+            " AND (lease_until IS NULL OR lease_until <= %s)"
+            " AND (skill, skill_version) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+            " ORDER BY lease_until NULLS FIRST, updated_at LIMIT %s",
+            (now, names, versions, limit),
+        )
+        return [r["task_id"] for r in rows]
+
+    def next_lease_end(self, skills: Sequence[tuple[str, int]]) -> datetime | None:
+        """The earliest lease end among runnable tasks of ``skills`` (when a claim may be next)."""
+        names, versions = _split(skills)
+        rows = self._query(
+            "SELECT min(lease_until) AS t FROM {schema}.{table} WHERE state IN (" + RUNNABLE_SQL + ")"
+            " AND (skill, skill_version) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+            (names, versions),
+        )
+        return rows[0]["t"] if rows else None
+
+    def due_pauses(self, now: datetime, limit: int) -> list[UUID]:
+        """Paused tasks whose deadline passed at ``now``."""
+        rows = self._query(
+            "SELECT task_id FROM {schema}.{table} WHERE state IN (" + PAUSED_SQL + ")"
+            " AND deadline <= %s ORDER BY deadline LIMIT %s",
+            (now, limit),
+        )
+        return [r["task_id"] for r in rows]
+
+    def due_expiries(self, ended_before: datetime, limit: int) -> list[UUID]:
+        """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
+        rows = self._query(
+            "SELECT task_id FROM {schema}.{table} WHERE state IN (" + TERMINAL_SQL + ")"
+            " AND NOT expired AND updated_at <= %s ORDER BY updated_at LIMIT %s",
+            (ended_before, limit),
+        )
+        return [r["task_id"] for r in rows]
+
+    def live_versions(self) -> list[tuple[str, int, int]]:
+        """``(skill, version, live task count)`` for every version non-terminal tasks use."""
+        rows = self._query(
+            "SELECT skill, skill_version, count(*) AS n FROM {schema}.{table}"
+            " WHERE state NOT IN (" + TERMINAL_SQL + ") GROUP BY skill, skill_version"
+            " ORDER BY skill, skill_version",
+            (),
+        )
+        return [(r["skill"], r["skill_version"], r["n"]) for r in rows]
+
+    def live_tasks_of(self, skill: str, version: int, limit: int = 20) -> list[UUID]:
+        """Some non-terminal tasks pinned to ``skill`` at ``version``."""
+        rows = self._query(
+            "SELECT task_id FROM {schema}.{table} WHERE skill = %s AND skill_version = %s"
+            " AND state NOT IN (" + TERMINAL_SQL + ") ORDER BY updated_at LIMIT %s",
+            (skill, version, limit),
+        )
+        return [r["task_id"] for r in rows]
+
+    def row(self, task_id: UUID) -> RunQueueRow | None:
+        """The stored row of one task."""
+        rows = self._query("SELECT * FROM {schema}.{table} WHERE task_id = %s", (task_id,))
+        return RunQueueRow(**rows[0]) if rows else None
+
+    def owners(self, task_ids: Sequence[UUID]) -> dict[UUID, tuple[str, str | None]]:
+        """``task_id -> (state, lease owner)`` for ``task_ids``: one query for a worker's watch."""
+        rows = self._query(
+            "SELECT task_id, state, lease_owner FROM {schema}.{table} WHERE task_id = ANY(%s)",
+            (list(task_ids),),
+        )
+        return {r["task_id"]: (r["state"], r["lease_owner"]) for r in rows}
+
+    def tenants(self, task_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """``task_id -> tenant`` for ``task_ids`` (the relay builds subjects from it)."""
+        rows = self._query(
+            "SELECT task_id, tenant FROM {schema}.{table} WHERE task_id = ANY(%s)", (list(task_ids),)
+        )
+        return {r["task_id"]: r["tenant"] for r in rows}
+
+    def select_histories(self, task_ids: Sequence[UUID]) -> dict[UUID, StoredHistory]:
+        """Latest snapshots, then the events after them: two queries for all of ``task_ids``."""
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            return {}
+        schema = Identifier(self.datastore.schema)
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                SQL(
+                    "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state"
+                    " FROM {}.{} WHERE originator_id = ANY(%s)"
+                    " ORDER BY originator_id, originator_version DESC"
+                ).format(schema, Identifier(self.snapshots_table)),
+                (ids,),
+            )
+            snapshots = {row["originator_id"]: _stored(row) for row in curs.fetchall()}
+            after = [snapshots[i].originator_version if i in snapshots else 0 for i in ids]
+            curs.execute(
+                SQL(
+                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
+                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS s(id, after)"
+                    " ON e.originator_id = s.id AND e.originator_version > s.after"
+                    " ORDER BY e.originator_id, e.originator_version"
+                ).format(schema, Identifier(self.events_table_name)),
+                (ids, after),
+            )
+            events: dict[UUID, list[StoredEvent]] = {}
+            for row in curs.fetchall():
+                events.setdefault(row["originator_id"], []).append(_stored(row))
+        return {
+            task_id: StoredHistory(snapshot=snapshots.get(task_id), events=events.get(task_id, []))
+            for task_id in ids
+            if task_id in snapshots or task_id in events
+        }
+
+    # ------------------------------------------------------------------ wake-ups
+
+    async def follow_appends(self, event: asyncio.Event) -> None:
+        """``LISTEN`` on the channel every append NOTIFYs (delivered at commit); reconnect on failure.
+
+        The listening connection is one of its own, outside the pool, with the pool's parameters.
+        """
+        backoff = 0.1
+        conninfo = self._conninfo()
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(SQL("LISTEN {}").format(Identifier(self.channel_name)))
+                    backoff = 0.1
+                    event.set()  # anything may have happened while we were not listening
+                    async for _ in conn.notifies():
+                        event.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - any failure: reconnect with backoff
+                log.warning("LISTEN %s failed (%r); retrying in %.1fs", self.channel_name, error, backoff)
+                event.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _conninfo(self) -> str:
+        pool = self.datastore.pool
+        kwargs = dict(pool.kwargs() if callable(pool.kwargs) else (pool.kwargs or {}))
+        kwargs.pop("row_factory", None)
+        base = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+        return make_conninfo(base, **kwargs)
+
+
+def _stored(row: Any) -> StoredEvent:
+    return StoredEvent(
+        originator_id=row["originator_id"],
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=bytes(row["state"]),
+    )
+
+
+def _split(skills: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:
+    return [name for name, _ in skills], [version for _, version in skills]

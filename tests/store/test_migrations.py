@@ -1,0 +1,292 @@
+"""Schema migrations: from nothing, from the schema of releases before them, refusals, races."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
+from longhaul.cli import main
+from store import migrations
+from store.application import StoreConfig, TaskApplication
+from store.locks import advisory_lock, ddl_lock_name
+from store.migrations import VERSION_TABLE, SchemaTooNewError
+from store.run_queue import RunQueueRow
+from tests.support.tasks import new_task
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LATEST = migrations.latest_version()
+OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE}
+LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
+
+
+def _execute(config: StoreConfig, statement: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _tables(config: StoreConfig) -> set[str]:
+    rows = _execute(config, "SELECT tablename FROM pg_tables WHERE schemaname = %s", (config.schema,))
+    return {name for (name,) in rows}
+
+
+def _versions(config: StoreConfig) -> list[tuple[int, str]]:
+    table = sql.Identifier(config.schema, VERSION_TABLE)
+    rows = _execute(config, sql.SQL("SELECT version, name FROM {} ORDER BY version").format(table))
+    return [(version, name) for version, name in rows]
+
+
+def _all_versions() -> list[tuple[int, str]]:
+    return [(m.version, m.name) for m in migrations.known()]
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
+) -> Any:
+    """Run ``longhaul ARGS`` against this test's schema; returns (exit code, stdout, stderr)."""
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_the_migrations_are_numbered_without_gaps() -> None:
+    known = migrations.known()
+    assert [m.version for m in known] == list(range(1, len(known) + 1))
+    assert [m.label for m in known][:2] == ["0001_run_queue", "0002_relay_position"]
+    for migration in known:
+        assert "{schema}" in migration.template
+        assert migration.statement("s").as_string(None).count('"s".') >= 1
+
+
+# ---------------------------------------------------------------------- from an empty database
+
+
+def test_opening_a_store_on_an_empty_database_migrates_it(store_config: StoreConfig) -> None:
+    store = TaskApplication(store_config)
+    try:
+        report = store.schema_migrations
+        assert report is not None
+        assert (report.found, report.version) == (0, LATEST)
+        assert [m.version for m in report.applied] == list(range(1, LATEST + 1))
+        assert _tables(store_config) >= OWN_TABLES | LIBRARY_TABLES
+        assert _versions(store_config) == _all_versions()
+        task = new_task(datetime.now(UTC))
+        store.save_tasks(task)
+        assert store.run_queue.row(task.id) == RunQueueRow.of(task)
+    finally:
+        store.close()
+
+
+def test_the_partial_indexes_match_the_queries(store_config: StoreConfig) -> None:
+    """The index predicates name the same states as the domain (a change needs a migration)."""
+    TaskApplication(store_config).close()
+    rows = _execute(
+        store_config,
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+        (store_config.schema, "longhaul_run_queue"),
+    )
+    states = {name: set(re.findall(r"'(TASK_STATE_[A-Z_]+)'", definition)) for name, definition in rows}
+    assert states["longhaul_run_queue_claim"] == set(RUNNABLE)
+    assert states["longhaul_run_queue_deadline"] == set(INTERRUPTED)
+    assert states["longhaul_run_queue_retention"] == set(TERMINAL)
+    assert states["longhaul_run_queue_live"] == set(TERMINAL)
+
+
+def test_longhaul_migrate_applies_and_reports(cli: Any, store_config: StoreConfig) -> None:
+    code, out, _ = cli("migrate")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:LATEST] == [f"applied {m.label}" for m in migrations.known()]
+    assert lines[-1] == f"schema {store_config.schema}: migrated from version 0 to {LATEST}"
+    assert _tables(store_config) >= OWN_TABLES | LIBRARY_TABLES
+
+
+# ---------------------------------------------------------------------- from version 0
+
+
+@pytest.fixture
+def schema_v0(store_config: StoreConfig) -> StoreConfig:
+    """This test's schema as releases before versioned migrations left it, with some data."""
+    dump = (FIXTURES / "schema_v0.sql").read_text()
+    fixture = json.loads((FIXTURES / "stored_events_v0.json").read_text())
+    schema = sql.Identifier(store_config.schema)
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        conn.execute(dump.replace("{schema}", store_config.schema).encode())
+        for kind in ("events", "snapshots"):
+            table = sql.Identifier(f"longhaul_{kind}")
+            for e in fixture[kind]:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.{} (originator_id, originator_version, topic, state)"
+                        " VALUES (%s, %s, %s, %s)"
+                    ).format(schema, table),
+                    (UUID(e["originator_id"]), e["originator_version"], e["topic"], e["state"].encode()),
+                )
+        for row in V0_ROWS:
+            conn.execute(
+                sql.SQL("INSERT INTO {}.longhaul_run_queue VALUES ({})").format(
+                    schema, sql.SQL(", ").join(sql.Placeholder() * len(vars(row)))
+                ),
+                tuple(vars(row).values()),
+            )
+        conn.execute(
+            sql.SQL("INSERT INTO {}.longhaul_relay_position VALUES ('S', 34)").format(schema),
+        )
+    return store_config
+
+
+V0_ROWS = [
+    RunQueueRow(
+        task_id=UUID(int=1),
+        version=21,
+        tenant="acme",
+        state="TASK_STATE_COMPLETED",
+        skill="access-review",
+        skill_version=1,
+        next_step=2,
+        lease_owner=None,
+        lease_until=None,
+        deadline=None,
+        updated_at=datetime(2026, 11, 30, 12, 1, 40, tzinfo=UTC),
+        expired=True,
+    ),
+    RunQueueRow(
+        task_id=UUID(int=5),
+        version=4,
+        tenant="acme",
+        state="TASK_STATE_SUBMITTED",
+        skill="echo",
+        skill_version=1,
+        next_step=0,
+        lease_owner=None,
+        lease_until=None,
+        deadline=None,
+        updated_at=datetime(2026, 11, 30, 12, 0, 3, tzinfo=UTC),
+        expired=False,
+    ),
+]
+
+
+def test_a_schema_from_before_migrations_is_adopted_with_its_data(schema_v0: StoreConfig) -> None:
+    before = _tables(schema_v0)
+    assert VERSION_TABLE not in before
+
+    store = TaskApplication(schema_v0)
+    try:
+        report = store.schema_migrations
+        assert report is not None
+        assert (report.found, report.version) == (0, LATEST)
+        assert _tables(schema_v0) == before | {VERSION_TABLE}
+        assert _versions(schema_v0) == _all_versions()
+        for row in V0_ROWS:
+            assert store.run_queue.row(row.task_id) == row
+        assert store.run_queue.claimable(datetime.now(UTC), 10, [("echo", 1)]) == [UUID(int=5)]
+        assert store.get(UUID(int=1)).version == 21  # the log, and its snapshot, load
+        position = _execute(
+            schema_v0,
+            sql.SQL("SELECT * FROM {}.longhaul_relay_position").format(sql.Identifier(schema_v0.schema)),
+        )
+        assert position == [("S", 34)]
+        task = new_task(datetime.now(UTC))  # and it takes new appends, with their rows
+        store.save_tasks(task)
+        assert store.run_queue.row(task.id) == RunQueueRow.of(task)
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------- refusals, repeats, races
+
+
+def _make_newer(config: StoreConfig) -> None:
+    TaskApplication(config).close()
+    _execute(
+        config,
+        sql.SQL("INSERT INTO {} (version, name) VALUES (%s, 'from_the_future')").format(
+            sql.Identifier(config.schema, VERSION_TABLE)
+        ),
+        (LATEST + 1,),
+    )
+
+
+def test_a_newer_schema_is_refused_by_every_process(cli: Any, store_config: StoreConfig) -> None:
+    _make_newer(store_config)
+
+    with pytest.raises(SchemaTooNewError, match=f"version {LATEST + 1}.*up to {LATEST}"):
+        TaskApplication(store_config)
+    for command in ("migrate", "worker", "sweeper", "history"):
+        args = [command, "00000000-0000-0000-0000-000000000001"] if command == "history" else [command]
+        code, _, err = cli(*args)
+        assert code == 1, command
+        assert f"is at version {LATEST + 1}" in err
+        assert f"knows versions up to {LATEST} only" in err
+        assert "Run that release (or a newer one)" in err
+    assert _versions(store_config)[-1] == (LATEST + 1, "from_the_future")  # nothing was changed
+
+
+def test_migrating_again_changes_nothing(cli: Any, store_config: StoreConfig) -> None:
+    assert cli("migrate")[0] == 0
+    code, out, _ = cli("migrate")
+    assert code == 0
+    assert out.splitlines() == [f"schema {store_config.schema}: at version {LATEST}, nothing to apply"]
+    with advisory_lock(store_config.database_url, ddl_lock_name(store_config.schema)) as conn:
+        report = migrations.migrate(conn, store_config.schema)
+    assert (report.found, report.applied, report.version) == (LATEST, (), LATEST)
+    assert _versions(store_config) == _all_versions()
+
+
+def test_processes_starting_together_migrate_once(store_config: StoreConfig) -> None:
+    barrier = threading.Barrier(4)
+    stores: list[TaskApplication] = []
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            stores.append(TaskApplication(store_config))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        applied = [s.schema_migrations.applied for s in stores if s.schema_migrations is not None]
+        assert sorted(len(a) for a in applied) == [0, 0, 0, LATEST]  # one of them did it all
+        assert _versions(store_config) == _all_versions()
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_memory_has_nothing_to_migrate_and_no_relay(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LONGHAUL_STORE", "memory")
+    code, _, err = cli("migrate")
+    assert code == 1
+    assert "`longhaul migrate` needs LONGHAUL_STORE=postgres" in err
+    monkeypatch.setenv("LONGHAUL_NATS_URL", "nats://127.0.0.1:1")
+    code, _, err = cli("relay")
+    assert code == 1
+    assert "the relay needs LONGHAUL_STORE=postgres" in err
