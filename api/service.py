@@ -24,7 +24,7 @@ from api.errors import (
 )
 from api.task_wire import iso_millis, task_to_wire
 from api.waiting import TaskWaiter
-from api.wire import CancelTaskRequest, GetTaskRequest, Message, SendMessageRequest
+from api.wire import CancelTaskRequest, GetTaskRequest, SendMessageRequest
 from domain.clock import Clock
 from domain.errors import TaskTerminalError
 from domain.skill import Skill, SkillRegistry, UnknownSkillError
@@ -75,7 +75,6 @@ class A2AService:
                     tenant=tenant,
                     message=message.to_json(),
                     skill=self._skill_for(request),
-                    params=_params_of(message),
                     clock=self._clock,
                 )
             else:
@@ -156,14 +155,6 @@ def _task_id(text: str) -> UUID:
     if str(task_id) != text.lower():
         raise TaskNotFoundError(f"task {text!r} not found")
     return task_id
-
-
-def _params_of(message: Message) -> JSON:
-    """Skill parameters: the first ``data`` part whose value is a JSON object, else ``{}``."""
-    for part in message.parts:
-        if isinstance(part.data, dict):
-            return dict(part.data)
-    return {}
 
 
 def _refused_answer(error: TaskTerminalError | ApplicationError | ConflictError) -> A2AError:

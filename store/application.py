@@ -48,7 +48,7 @@ from store.errors import ConflictError as ConflictError  # noqa: PLC0414 - re-ex
 from store.errors import TaskNotFoundError as TaskNotFoundError  # noqa: PLC0414 - re-exported for importers
 from store.locks import advisory_lock, ddl_lock_name
 from store.memory import MemoryFactory, MemoryRunQueueRecorder
-from store.messages import agent_message
+from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
@@ -243,7 +243,7 @@ class TaskApplication(Application[UUID]):
 
     # ------------------------------------------------------------------ the gateway's use cases
 
-    def submit(self, *, tenant: str, message: JSON, skill: Skill, params: JSON, clock: Clock) -> Task:
+    def submit(self, *, tenant: str, message: JSON, skill: Skill, clock: Clock) -> Task:
         """Start a task for a client's first ``message``, or answer a resend with the task it started.
 
         The task id derives from tenant and ``messageId`` (``task_id_for``). The task is saved
@@ -252,9 +252,9 @@ class TaskApplication(Application[UUID]):
 
         Args:
             tenant: The caller's tenant.
-            message: The client's message in wire shape (``messageId``, optional ``contextId``).
+            message: The client's message in wire shape (``messageId``, optional ``contextId``); the
+                skill's parameters are its first ``data`` part that is an object.
             skill: The skill version the task is pinned to.
-            params: The skill's parameters.
             clock: The time of the submission.
 
         Raises:
@@ -272,7 +272,7 @@ class TaskApplication(Application[UUID]):
             skill=skill.name,
             skill_version=skill.version,
             message={**message, "taskId": str(task_id), "contextId": context_id},
-            params=params,
+            params=params_of(message),
         )
         try:
             self.save_tasks(task)

@@ -26,3 +26,21 @@ def agent_message(task: Task, text: str, data: JSON | None = None) -> JSON:
         "taskId": str(task.id),
         "contextId": task.context_id,
     }
+
+
+def user_message(text: str | None = None, data: JSON | None = None, *, message_id: str | None = None) -> JSON:
+    """A ``ROLE_USER`` message with an optional text part and an optional data part."""
+    parts: list[JSON] = []
+    if text is not None:
+        parts.append({"text": text})
+    if data is not None:
+        parts.append({"data": data})
+    return {"messageId": message_id or str(uuid4()), "role": "ROLE_USER", "parts": parts}
+
+
+def params_of(message: JSON) -> JSON:
+    """Skill parameters of a first message: its first ``data`` part that is an object, else ``{}``."""
+    for part in message.get("parts", ()):
+        if isinstance(part, dict) and isinstance(part.get("data"), dict):
+            return dict(part["data"])
+    return {}
