@@ -60,7 +60,9 @@ def test_kind(item: pytest.Item) -> str:
     fixtures = set(getattr(item, "fixturenames", ()))
     if path.parts[0] in PROCESS_FOLDERS or path.name in PROCESS_FILES or fixtures & PROCESS_FIXTURES:
         return "process"
-    if fixtures & SERVICE_FIXTURES:
+    callspec = getattr(item, "callspec", None)
+    on_postgres = callspec is not None and callspec.params.get("any_store") == "postgres"
+    if fixtures & SERVICE_FIXTURES or on_postgres or item.get_closest_marker("postgres") is not None:
         return "integration"
     return "unit"
 
@@ -69,6 +71,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with its kind: ``uv run pytest -m unit`` is the fast lane."""
     for item in items:
         item.add_marker(test_kind(item))
+
+
+class OfflineError(AssertionError):
+    """A unit test tried to reach a database or a broker."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_offline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a ``unit`` test every PostgreSQL or NATS connection fails: the mark cannot lie."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(*_: object, **__: object) -> None:
+        raise OfflineError(f"{request.node.nodeid} is marked unit but connects to a server")
+
+    monkeypatch.setattr(psycopg.Connection, "connect", refuse)
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", refuse)
+    monkeypatch.setattr(nats, "connect", refuse)
 
 
 def _unique(prefix: str) -> str:
@@ -128,11 +148,17 @@ def store_config(database_url: str) -> Iterator[StoreConfig]:
 
 
 @pytest.fixture
-def store(store_config: StoreConfig) -> Iterator[TaskApplication]:
+def postgres_store(store_config: StoreConfig) -> Iterator[TaskApplication]:
     """A ``TaskApplication`` on this test's schema, closed afterwards."""
     task_store = TaskApplication(store_config)
     yield task_store
     task_store.close()
+
+
+@pytest.fixture
+def store(postgres_store: TaskApplication) -> TaskApplication:
+    """The store of a test: on PostgreSQL (the gateway's tests override it with one in memory)."""
+    return postgres_store
 
 
 @pytest.fixture(params=["memory", "postgres"])

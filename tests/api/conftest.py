@@ -1,8 +1,14 @@
-"""Fixtures for the gateway tests: the app over the shared ``store`` fixture, a movable clock."""
+"""Fixtures for the gateway tests: the app over a ``store``, a movable clock.
+
+The gateway's tests run on the real application over the in-memory recorder (the recorder
+contract, ``tests/store/test_recorder_contract.py``, holds it equal to PostgreSQL's), so that
+validation, fuzzing and the use cases need no database. A test marked ``postgres`` gets the
+store on this test's PostgreSQL schema instead: races and loads where PostgreSQL itself matters.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -12,10 +18,21 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
-from store.application import TaskApplication
+from store.application import MemoryConfig, TaskApplication
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
 
 JSON = dict[str, Any]
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> Iterator[TaskApplication]:
+    """The application in memory; on this test's PostgreSQL schema for tests marked ``postgres``."""
+    if request.node.get_closest_marker("postgres") is not None:
+        yield request.getfixturevalue("postgres_store")
+        return
+    application = TaskApplication(MemoryConfig())
+    yield application
+    application.close()
 
 
 @pytest.fixture

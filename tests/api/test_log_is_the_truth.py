@@ -6,10 +6,14 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from api.task_wire import task_to_wire
 from domain.task import Task
 from store.application import TaskApplication
 from tests.api.support import FakeClock, Rpc, user_message
+
+pytestmark = pytest.mark.postgres  # snapshots and events as PostgreSQL stores them
 
 LONG_ENOUGH_FOR_A_SNAPSHOT = 120  # the store snapshots every 100 versions
 

@@ -174,6 +174,7 @@ class TestResend:
 
         assert other["id"] != first["id"]
 
+    @pytest.mark.postgres  # the race is decided by PostgreSQL's primary key
     async def test_concurrent_resends_create_one_task(self, rpc: Rpc, store: TaskApplication) -> None:
         sends = [_send_new(rpc, message=user_message(message_id="race")) for _ in range(6)]
 
@@ -379,6 +380,7 @@ class TestFollowUp:
         assert "expired" in error_of(response, -32001, "TASK_NOT_FOUND")["message"]
         assert log_position(store) == before
 
+    @pytest.mark.postgres
     async def test_a_conflicting_append_is_retried_after_reloading(
         self, rpc: Rpc, advance: Advance, store: TaskApplication, monkeypatch: pytest.MonkeyPatch
     ) -> None:
