@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, overload
 from uuid import UUID
 
 from domain.skill import JSON, Skill, SkillRegistry, Step, StepContext, StepOutcome
@@ -54,6 +54,8 @@ __all__ = [
 
 DEFAULT_START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 """Where a kit's clock starts, unless told otherwise: a Monday morning, in UTC."""
+
+E = TypeVar("E", bound=Task.Event)
 
 LEASE_EVENTS = (Task.LeaseGranted, Task.LeaseExtended, Task.LeaseReleased)
 
@@ -309,10 +311,15 @@ class SkillKit:
         """The task rebuilt from its events, as ``GetTask`` would see it."""
         return self.app.get(task_id)
 
-    def events(self, task_id: UUID, *kinds: type[Task.Event]) -> list[Task.Event]:
-        """The task's events, oldest first; only those of ``kinds`` when given."""
-        events = [e for e in self.app.history(task_id) if isinstance(e, Task.Event)]
-        return [e for e in events if isinstance(e, kinds)] if kinds else events
+    @overload
+    def events(self, task_id: UUID) -> list[Task.Event]: ...
+
+    @overload
+    def events(self, task_id: UUID, kind: type[E]) -> list[E]: ...
+
+    def events(self, task_id: UUID, kind: type[Any] = Task.Event) -> list[Any]:
+        """The task's events, oldest first; only those of ``kind`` (e.g. ``Task.Failed``) when given."""
+        return [e for e in self.app.history(task_id) if isinstance(e, kind)]
 
     def commits(self, task_id: UUID, *, with_leases: bool = False) -> list[list[str]]:
         """Each commit of the task's workers, as the event type names it saved together.

@@ -57,6 +57,7 @@ async def test_a_crash_after_a_commit_keeps_it_and_the_next_worker_resumes_there
     assert saved == [{"n": 1}, {"n": 2}, {"n": 3}]  # nothing counted twice
     grants = kit.events(task_id, Task.LeaseGranted)
     assert [(g.worker, g.epoch) for g in grants] == [("kit-worker-1", 1), ("kit-worker-2", 2)]
+    assert crashed.lease_until is not None
     assert grants[1].timestamp >= crashed.lease_until  # the dead worker's lease was waited out
 
 
