@@ -26,6 +26,10 @@ def event_body(event: Any) -> dict[str, Any]:
 
 def event_message(position: int | None, tenant: str, event: Any) -> dict[str, Any]:
     """``{position, taskId, tenant, version, type, time, body}`` for one event."""
+    return {**_envelope(position, tenant, event), "body": event_body(event)}
+
+
+def _envelope(position: int | None, tenant: str, event: Any) -> dict[str, Any]:
     return {
         "position": position,
         "taskId": str(event.originator_id),
@@ -33,7 +37,6 @@ def event_message(position: int | None, tenant: str, event: Any) -> dict[str, An
         "version": event.originator_version,
         "type": type(event).__name__,
         "time": iso(event.timestamp),
-        "body": event_body(event),
     }
 
 
@@ -43,16 +46,7 @@ def reference_message(position: int | None, tenant: str, event: Any, *, reason: 
     ``body`` is ``null`` and ``bodyOmitted`` says why; the event itself is read from the log at
     ``taskId`` and ``version`` (``longhaul history TASK_ID --json``, or the store).
     """
-    return {
-        "position": position,
-        "taskId": str(event.originator_id),
-        "tenant": tenant,
-        "version": event.originator_version,
-        "type": type(event).__name__,
-        "time": iso(event.timestamp),
-        "body": None,
-        "bodyOmitted": reason,
-    }
+    return {**_envelope(position, tenant, event), "body": None, "bodyOmitted": reason}
 
 
 def json_default(value: Any) -> Any:

@@ -141,16 +141,21 @@ def _submitted_with_text(store: TaskApplication, text: str, *, now: datetime) ->
 
 
 def _wire_size(relay: Relay, store: TaskApplication, task: Task, position: int) -> int:
-    """What the Submitted event of ``task`` at ``position`` takes on the wire, headers included."""
+    """What the stored Submitted event of ``task`` at ``position`` takes on the wire."""
     (event,) = [e for e in store.history(task.id) if e.originator_version == 1]
+    return _wire_size_of(relay, event, task.tenant, position)
+
+
+def _wire_size_of(relay: Relay, event: Any, tenant: str, position: int) -> int:
+    """What ``event`` (a Submitted) at ``position`` takes on the wire, headers included."""
     headers = {
         "Nats-Msg-Id": f"{relay.names.stream}:{position}",
         "Longhaul-Position": str(position),
-        "Longhaul-Task": str(task.id),
+        "Longhaul-Task": str(event.originator_id),
         "Longhaul-Version": "1",
         "Longhaul-Type": "Submitted",
     }
-    return len(dumps(event_message(position, task.tenant, event)).encode()) + header_size(headers)
+    return len(dumps(event_message(position, tenant, event)).encode()) + header_size(headers)
 
 
 async def test_an_event_bigger_than_nats_takes_is_published_as_a_reference(
@@ -192,7 +197,8 @@ async def test_an_event_exactly_at_the_servers_limit_goes_whole(
     sizes = {}
     for position, over in ((1, 0), (2, 1)):
         probe = new_task(now, text="x")
-        probe_size = _wire_size_of_unsaved(relay, probe, position)
+        (event,) = probe.pending_events
+        probe_size = _wire_size_of(relay, event, probe.tenant, position)
         text = "x" * (1 + limit - probe_size + over)
         task = new_task(now, text=text)
         store.save_tasks(task)
@@ -206,18 +212,6 @@ async def test_an_event_exactly_at_the_servers_limit_goes_whole(
     whole, referenced = await _stream_messages(js, names)
     assert whole["body"]["message"]["parts"][0]["text"].startswith("xxx")
     assert referenced["body"] is None
-
-
-def _wire_size_of_unsaved(relay: Relay, task: Task, position: int) -> int:
-    (event,) = task.pending_events
-    headers = {
-        "Nats-Msg-Id": f"{relay.names.stream}:{position}",
-        "Longhaul-Position": str(position),
-        "Longhaul-Task": str(task.id),
-        "Longhaul-Version": "1",
-        "Longhaul-Type": "Submitted",
-    }
-    return len(dumps(event_message(position, task.tenant, event)).encode()) + header_size(headers)
 
 
 def test_a_relay_over_an_in_memory_store_refuses_to_start(names: NatsNames) -> None:
