@@ -31,7 +31,7 @@ import functools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from domain.skill import JSON, Skill, SkillRegistry, Step, StepContext, StepOutcome
 from domain.states import INTERRUPTED, TERMINAL
@@ -189,6 +189,7 @@ class SkillKit:
         *,
         text: str | None = None,
         data: JSON | None = None,
+        message: JSON | None = None,
         tenant: str = "default",
         message_id: str | None = None,
         version: int | None = None,
@@ -196,18 +197,35 @@ class SkillKit:
         """Start a task of ``skill`` (its newest version, or ``version``) with a first message.
 
         The message has a text part and a data part as given; the data part is the skill's
-        ``params``, as with ``SendMessage``.
+        ``params``, as with ``SendMessage``. ``message`` gives the whole first message in A2A wire
+        shape instead (several text parts, file parts, a ``contextId``), in place of ``text``,
+        ``data`` and ``message_id``; a ``messageId`` is added if it has none.
         """
         chosen = self.registry.newest(skill) if version is None else self.registry.get(skill, version)
-        message = user_message(text, data, message_id=message_id)
+        if message is None:
+            message = user_message(text, data, message_id=message_id)
+        elif text is not None or data is not None or message_id is not None:
+            raise ValueError("submit takes either message or text/data/message_id, not both")
+        else:
+            message = {"messageId": str(uuid4()), **message}
         task = self.app.submit(tenant=tenant, message=message, skill=chosen, clock=self.clock)
         return task.id
 
     def answer(
-        self, task_id: UUID, *, text: str | None = None, data: JSON | None = None, tenant: str = "default"
+        self,
+        task_id: UUID,
+        *,
+        text: str | None = None,
+        data: JSON | None = None,
+        message_id: str | None = None,
+        tenant: str = "default",
     ) -> Task:
-        """Answer a paused task (``SendMessage`` with its ``taskId``): it becomes runnable again."""
-        return self.app.answer(task_id, tenant=tenant, message=user_message(text, data), clock=self.clock)
+        """Answer a paused task (``SendMessage`` with its ``taskId``): it becomes runnable again.
+
+        The answer has a text part and a data part as given, and ``message_id`` (else a fresh one).
+        """
+        message = user_message(text, data, message_id=message_id)
+        return self.app.answer(task_id, tenant=tenant, message=message, clock=self.clock)
 
     def cancel(self, task_id: UUID, *, tenant: str = "default") -> Task:
         """Cancel the task (``CancelTask``)."""
@@ -290,11 +308,16 @@ class SkillKit:
             if running.done():
                 running.result()  # a worker that stopped on its own: raise what stopped it
                 return
-            task = self.task(task_id)
-            if (task.state in INTERRUPTED or task.state in TERMINAL) and task_id not in worker.runners:
-                return
+            # A task the worker is running has not settled, and rebuilding it from its log every
+            # few milliseconds would slow the worker down (the log grows with every commit).
+            if task_id not in worker.runners:
+                task = self.task(task_id)
+                if task.state in INTERRUPTED or task.state in TERMINAL:
+                    return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"task {task_id} is still {task.state} after {self.timeout_s} s")
+                raise TimeoutError(
+                    f"task {task_id} is still {self.task(task_id).state} after {self.timeout_s} s"
+                )
             await asyncio.sleep(0.002)
 
     def _wait_out_a_dead_lease(self, task_id: UUID) -> None:

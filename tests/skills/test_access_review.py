@@ -1,28 +1,20 @@
-"""access-review through the in-memory runtime against a real fake IAM over HTTP."""
+"""access-review against a real fake IAM over HTTP, on the real runtime in memory (``SkillKit``)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
 
-from domain.skill import AskInput, SkillRegistry
-from tests.skills.harness import (
-    COMPLETED,
-    FAILED,
-    INPUT_REQUIRED,
-    REJECTED,
-    HarnessTask,
-    SimulatedCrashError,
-    answer,
-    new_task,
-    run,
-    run_step,
-    user_message,
-)
+from domain.skill import SkillRegistry
+from domain.states import TaskState
+from domain.task import Pause, Task
+from longhaul.testing import SkillKit, artifact_text, message_text
 from workers.skills import builtin_skills
 from workers.skills.access_review import (
     SIMULATED_ERROR_KEY,
@@ -32,15 +24,23 @@ from workers.skills.access_review import (
 )
 
 APPLY_STEP = 4
+STEP_DONE = ["StepCompleted"]
+REPORT = ["ArtifactChunkAppended", "StepCompleted", "Completed"]
+"""The last commit: ``write_report``'s artifact, its step and the task's end, together."""
 
 
-def start(iam_url: str | None, **params: Any) -> HarnessTask:
-    first = user_message("Quarterly access review", data=params)
-    return new_task(access_review_skill(iam_url), first, params)
+@pytest.fixture
+def kit(iam_url: str) -> Iterator[SkillKit]:
+    with SkillKit(access_review_skill(iam_url)) as kit:
+        yield kit
 
 
-def calls(client: httpx.Client, task: HarnessTask) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = client.get("/calls", params={"task_id": task.task_id}).json()
+def start(kit: SkillKit, **params: Any) -> UUID:
+    return kit.submit("access-review", text="Quarterly access review", data=params)
+
+
+def calls(client: httpx.Client, task_id: UUID) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = client.get("/calls", params={"task_id": str(task_id)}).json()
     return result
 
 
@@ -54,220 +54,255 @@ def revocations_applied(client: httpx.Client) -> list[dict[str, Any]]:
     return result
 
 
-def revocation_calls(client: httpx.Client, task: HarnessTask) -> list[dict[str, Any]]:
-    return [c for c in calls(client, task) if c["method"] == "POST"]
+def revocation_calls(client: httpx.Client, task_id: UUID) -> list[dict[str, Any]]:
+    return [c for c in calls(client, task_id) if c["method"] == "POST"]
 
 
-def approve(value: object) -> dict[str, Any]:
-    return user_message(data={"approve": value})
+def approve(kit: SkillKit, task_id: UUID, value: object) -> None:
+    kit.answer(task_id, data={"approve": value})
+
+
+def question(task: Task) -> str:
+    """The question the paused task asks (its status message)."""
+    assert task.state == TaskState.INPUT_REQUIRED
+    text = message_text(task.status_message)
+    assert text is not None
+    return text
+
+
+def asked_at(kit: SkillKit, task_id: UUID) -> datetime:
+    """When the task asked its latest question (a pause's deadline counts from there)."""
+    return kit.events(task_id, Task.InputRequested)[-1].timestamp
+
+
+async def approved(kit: SkillKit, **params: Any) -> tuple[UUID, list[str]]:
+    """A task run up to the approval question and approved: its id and the proposed grant ids."""
+    task_id = start(kit, **params)
+    task = await kit.run(task_id)
+    assert task.state == TaskState.INPUT_REQUIRED
+    approve(kit, task_id, True)
+    return task_id, [p["grant_id"] for p in task.checkpoint["proposed"]]
 
 
 async def test_approved_review_applies_every_proposed_revocation_once(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url)  # the seed's defaults: 40 systems, 14 revocations
+    task_id = start(kit)  # the seed's defaults: 40 systems, 14 revocations
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == INPUT_REQUIRED
+    assert task.state == TaskState.INPUT_REQUIRED
     assert task.next_step == APPLY_STEP
     proposed = task.checkpoint["proposed"]
     assert len(proposed) == 14
-    assert isinstance(task.pause, AskInput)
-    assert task.pause.deadline is None  # the service's maximum pause
-    assert all(p["grant_id"] in task.pause.question for p in proposed)
-    assert '{"approve": true}' in task.pause.question
+    assert isinstance(task.pause, Pause)
+    assert task.pause.deadline - asked_at(kit, task_id) == kit.policy.max_pause  # none named: the maximum
+    assert all(p["grant_id"] in question(task) for p in proposed)
+    assert '{"approve": true}' in question(task)
 
-    answer(task, approve(True))
-    await run(task)
+    approve(kit, task_id, True)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert task.status_message == "Access review complete: 14 of 14 proposed revocations applied."
-    posts = revocation_calls(iam_calls, task)
-    keys = [f"{task.task_id}:revoke:{p['grant_id']}" for p in proposed]
+    assert task.state == TaskState.COMPLETED
+    assert (
+        message_text(task.status_message) == "Access review complete: 14 of 14 proposed revocations applied."
+    )
+    posts = revocation_calls(iam_calls, task_id)
+    keys = [f"{task_id}:revoke:{p['grant_id']}" for p in proposed]
     assert [c["idempotency_key"] for c in posts] == keys
     assert all(c["applied"] for c in posts)
     report = task.artifacts["report"]
     assert report["name"] == "access-review.md"
     assert report["parts"][0]["mediaType"] == "text/markdown"
-    text = task.artifact_text("report")
+    text = artifact_text(task, "report")
     assert "40 of 40 systems reviewed; 200 grants read." in text
     assert "## Proposed revocations (14)" in text
     assert "## Applied revocations (14)" in text
     assert all(p["grant_id"] in text for p in proposed)
 
 
-async def test_every_iam_request_names_the_task(iam_url: str, iam_calls: httpx.Client) -> None:
-    task = start(iam_url, systems=3, revocations=2)
-    await run(task)
-    answer(task, approve(True))
-    await run(task)
+async def test_every_iam_request_names_the_task(kit: SkillKit, iam_calls: httpx.Client) -> None:
+    task_id, _ = await approved(kit, systems=3, revocations=2)
+    await kit.run(task_id)
 
     received = everything(iam_calls)
     assert len(received) == 3 + 2
-    assert {c["task_id"] for c in received} == {task.task_id}
+    assert {c["task_id"] for c in received} == {str(task_id)}
 
 
-async def test_declined_review_applies_nothing_and_says_so(iam_url: str, iam_calls: httpx.Client) -> None:
-    task = start(iam_url, systems=5, revocations=3)
-    await run(task)
+async def test_declined_review_applies_nothing_and_says_so(kit: SkillKit, iam_calls: httpx.Client) -> None:
+    task_id = start(kit, systems=5, revocations=3)
+    await kit.run(task_id)
 
-    answer(task, approve(False))
-    await run(task)
+    approve(kit, task_id, False)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert revocation_calls(iam_calls, task) == []
+    assert task.state == TaskState.COMPLETED
+    assert revocation_calls(iam_calls, task_id) == []
     assert task.checkpoint.get("applied") is None or task.checkpoint["applied"] == []
-    text = task.artifact_text("report")
+    text = artifact_text(task, "report")
     assert "declined the proposed revocations: none were applied" in text
-    assert task.status_message == "Access review complete: the owners declined all 3 proposed revocations."
+    assert (
+        message_text(task.status_message)
+        == "Access review complete: the owners declined all 3 proposed revocations."
+    )
 
 
-async def test_fetch_grants_commits_once_per_system(iam_url: str, iam_calls: httpx.Client) -> None:
-    task = start(iam_url, systems=6, revocations=1)
-    await run_step(task)  # plan
-    task.commits.clear()
+async def test_fetch_grants_commits_once_per_system(kit: SkillKit, iam_calls: httpx.Client) -> None:
+    task_id = start(kit, systems=6, revocations=1)
 
-    await run_step(task)  # fetch_grants
+    await kit.run(task_id)  # plan, fetch_grants, analyse, then the approval question
 
-    checkpoints = [payload for kind, payload in task.commits if kind == "checkpoint"]
+    # plan; one checkpoint per system but the last; fetch_grants; analyse; the question
+    assert kit.commits(task_id) == [
+        STEP_DONE,
+        *[["CheckpointSaved"]] * 5,
+        STEP_DONE,
+        STEP_DONE,
+        ["InputRequested"],
+    ]
+    checkpoints = [e.checkpoint for e in kit.events(task_id, Task.CheckpointSaved)]
     assert [c["fetched"] for c in checkpoints] == [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 5]]
-    assert task.commits[-1] == ("step", "Continue")  # system 6 travels in the step's own commit
-    assert task.checkpoint["fetched"] == [1, 2, 3, 4, 5, 6]
-    assert len(task.checkpoint["grants"]) == 30
-    assert [c["path"] for c in calls(iam_calls, task)] == [f"/systems/{n}/grants" for n in range(1, 7)]
+    fetched = kit.events(task_id, Task.StepCompleted)[1]  # system 6 travels in the step's own commit
+    assert fetched.step == 1
+    assert fetched.checkpoint["fetched"] == [1, 2, 3, 4, 5, 6]
+    assert len(fetched.checkpoint["grants"]) == 30
+    assert [c["path"] for c in calls(iam_calls, task_id)] == [f"/systems/{n}/grants" for n in range(1, 7)]
 
 
 async def test_a_crash_mid_fetch_resumes_at_the_first_unfinished_system(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url, systems=40)
-    await run_step(task)  # plan
-    task.crash_after_commits = 22  # dies right after committing system 22
+    task_id = start(kit, systems=40)
 
-    with pytest.raises(SimulatedCrashError):
-        await run(task)
+    # commit 1 is plan's; commits 2 to 23 are systems 1 to 22: it dies right after system 22
+    task = await kit.run(task_id, crash_after_commit=23)
+
+    assert task.state == TaskState.WORKING
     assert task.checkpoint["fetched"] == list(range(1, 23))
 
-    await run(task)  # another worker takes over from the checkpoint
+    task = await kit.run(task_id)  # another worker takes over from the checkpoint
 
-    assert task.state == INPUT_REQUIRED
-    fetched = Counter(c["path"] for c in calls(iam_calls, task))
+    assert task.state == TaskState.INPUT_REQUIRED
+    assert [e.worker for e in kit.events(task_id, Task.LeaseGranted)] == ["kit-worker-1", "kit-worker-2"]
+    fetched = Counter(c["path"] for c in calls(iam_calls, task_id))
     assert fetched == Counter(f"/systems/{n}/grants" for n in range(1, 41))  # each system exactly once
 
 
 async def test_network_error_after_9_of_14_retries_only_the_other_5(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url, revocations=14, fail_after_revocations=9, systems=40)
-    await run(task)
-    answer(task, approve(True))
-    proposed = [p["grant_id"] for p in task.checkpoint["proposed"]]
+    task_id, proposed = await approved(kit, revocations=14, fail_after_revocations=9, systems=40)
+    before = len(kit.commits(task_id))
 
-    with pytest.raises(SimulatedNetworkError):
-        await run_step(task)  # apply_revocations: the network error interrupts it
+    task = await kit.run(task_id)  # apply_revocations fails once; the runtime retries it
 
-    first = revocation_calls(iam_calls, task)
-    assert [c["idempotency_key"] for c in first] == [f"{task.task_id}:revoke:{g}" for g in proposed[:9]]
-    assert task.next_step == APPLY_STEP  # the step did not finish
-    assert SIMULATED_ERROR_KEY in task.effects  # the failure is on record, so it happens once
-
-    await run(task)  # the retry: same step, from the same checkpoint
-
-    assert task.state == COMPLETED
-    assert task.errors == []  # the retry itself did not fail again
-    posts = revocation_calls(iam_calls, task)
-    retry = posts[9:]
-    assert [c["idempotency_key"] for c in retry] == [f"{task.task_id}:revoke:{g}" for g in proposed[9:]]
+    assert task.state == TaskState.COMPLETED
+    (error,) = kit.step_errors(task_id)  # the retry itself did not fail again
+    assert isinstance(error, SimulatedNetworkError)
+    assert "after 9 revocations" in str(error)
+    # The first attempt recorded 9 revocations and the failure (so it happens once), and did not
+    # finish the step; the retry (same step, same checkpoint) got those 9 from the ledger.
+    effects = [e.key for e in kit.events(task_id, Task.EffectRecorded)]
+    revoke = [f"revoke:{g}" for g in proposed]
+    assert effects == [*revoke[:9], SIMULATED_ERROR_KEY, *revoke[9:]]
+    assert kit.commits(task_id)[before:] == [*[["EffectRecorded"]] * 15, STEP_DONE, REPORT]
+    assert [e.step for e in kit.events(task_id, Task.StepCompleted)] == [0, 1, 2, APPLY_STEP, 5]  # 3 asked
+    posts = revocation_calls(iam_calls, task_id)
+    keys = [f"{task_id}:{r}" for r in revoke]
+    assert [c["idempotency_key"] for c in posts[:9]] == keys[:9]
+    assert [c["idempotency_key"] for c in posts[9:]] == keys[9:]
     applied_per_key = Counter(c["idempotency_key"] for c in posts if c["applied"])
     assert len(applied_per_key) == 14
     assert set(applied_per_key.values()) == {1}
     assert len(posts) == 14  # the ledger answered for the first 9; nothing went downstream twice
-    assert "## Applied revocations (14)" in task.artifact_text("report")
+    assert "## Applied revocations (14)" in artifact_text(task, "report")
 
 
 async def test_the_runtime_retry_loop_gets_past_the_simulated_error(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url, systems=4, revocations=6, fail_after_revocations=2)
-    await run(task)
-    answer(task, approve(True))
+    task_id, _ = await approved(kit, systems=4, revocations=6, fail_after_revocations=2)
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert [type(e) for e in task.errors] == [SimulatedNetworkError]
-    assert len(revocation_calls(iam_calls, task)) == 6
+    assert task.state == TaskState.COMPLETED
+    assert [type(e) for e in kit.step_errors(task_id)] == [SimulatedNetworkError]
+    assert len(revocation_calls(iam_calls, task_id)) == 6
 
 
 async def test_a_crash_between_the_iam_call_and_the_ledger_write_reuses_the_key(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url, systems=2, revocations=3)
-    await run(task)
-    answer(task, approve(True))
-    task.crash_before_next_effect_record = True
+    task_id, _ = await approved(kit, systems=2, revocations=3)
 
-    with pytest.raises(SimulatedCrashError):
-        await run(task)
-    await run(task)
+    # the first revocation reaches the IAM, then the worker dies before its result is recorded
+    task = await kit.run(task_id, crash_before_commit=1)
+    assert task.state == TaskState.WORKING
+    assert kit.effects(task_id) == {}
 
-    assert task.state == COMPLETED
-    posts = revocation_calls(iam_calls, task)
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    posts = revocation_calls(iam_calls, task_id)
     assert [c["applied"] for c in posts] == [True, False, True, True]  # the repeat applied nothing
     assert posts[0]["idempotency_key"] == posts[1]["idempotency_key"]
     assert len(revocations_applied(iam_calls)) == 3
 
 
-async def test_an_unusable_answer_is_asked_again(iam_url: str, iam_calls: httpx.Client) -> None:
-    task = start(iam_url, systems=2, revocations=2, approval_deadline_s=3600)
-    await run(task)
-    assert isinstance(task.pause, AskInput)
-    assert task.pause.deadline == timedelta(hours=1)
+async def test_an_unusable_answer_is_asked_again(kit: SkillKit, iam_calls: httpx.Client) -> None:
+    task_id = start(kit, systems=2, revocations=2, approval_deadline_s=3600)
+    task = await kit.run(task_id)
+    assert isinstance(task.pause, Pause)
+    assert task.pause.deadline - asked_at(kit, task_id) == timedelta(hours=1)
 
-    answer(task, user_message("sure, go ahead"))
-    await run(task)
+    kit.advance(minutes=20)
+    kit.answer(task_id, text="sure, go ahead")
+    task = await kit.run(task_id)
 
-    assert task.state == INPUT_REQUIRED
+    assert task.state == TaskState.INPUT_REQUIRED
     assert task.pause is not None
-    assert task.pause.question.startswith("That answer was not understood")
-    assert task.pause.deadline == timedelta(hours=1)
-    assert revocation_calls(iam_calls, task) == []
+    assert question(task).startswith("That answer was not understood")
+    assert asked_at(kit, task_id) == kit.clock.now  # asked again now, with a new hour to answer
+    assert task.pause.deadline - asked_at(kit, task_id) == timedelta(hours=1)
+    assert task.next_step == APPLY_STEP  # the next answer resumes the step that asked again
+    assert revocation_calls(iam_calls, task_id) == []
 
-    answer(task, approve(True))
-    await run(task)
+    approve(kit, task_id, True)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert len(revocation_calls(iam_calls, task)) == 2
-    assert "## Applied revocations (2)" in task.artifact_text("report")
+    assert task.state == TaskState.COMPLETED
+    assert len(revocation_calls(iam_calls, task_id)) == 2
+    assert "## Applied revocations (2)" in artifact_text(task, "report")
 
 
 async def test_the_question_is_repeated_until_the_answer_is_usable(
-    iam_url: str, iam_calls: httpx.Client
+    kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task = start(iam_url, systems=2, revocations=2)
-    await run(task)
-    for unusable in (approve("yes"), user_message("still yes"), user_message("YES")):
-        answer(task, unusable)
-        await run(task)
-        assert task.state == INPUT_REQUIRED
-        assert revocation_calls(iam_calls, task) == []
+    task_id = start(kit, systems=2, revocations=2)
+    await kit.run(task_id)
+    for unusable in ({"data": {"approve": "yes"}}, {"text": "still yes"}, {"text": "YES"}):
+        kit.answer(task_id, **unusable)
+        task = await kit.run(task_id)
+        assert task.state == TaskState.INPUT_REQUIRED
+        assert revocation_calls(iam_calls, task_id) == []
 
-    answer(task, approve(False))
-    await run(task)
+    approve(kit, task_id, False)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert revocation_calls(iam_calls, task) == []
+    assert task.state == TaskState.COMPLETED
+    assert revocation_calls(iam_calls, task_id) == []
     assert task.checkpoint.get("questions") == 4
 
 
-async def test_nothing_to_revoke_needs_no_approval(iam_url: str) -> None:
-    task = start(iam_url, systems=2, revocations=0)
+async def test_nothing_to_revoke_needs_no_approval(kit: SkillKit) -> None:
+    task_id = start(kit, systems=2, revocations=0)
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert "Nothing to revoke" in task.artifact_text("report")
+    assert task.state == TaskState.COMPLETED
+    assert kit.events(task_id, Task.InputRequested) == []
+    assert "Nothing to revoke" in artifact_text(task, "report")
 
 
 @pytest.mark.parametrize(
@@ -282,22 +317,21 @@ async def test_nothing_to_revoke_needs_no_approval(iam_url: str) -> None:
     ],
 )
 async def test_bad_parameters_are_rejected(params: dict[str, Any], complaint: str) -> None:
-    task = start("http://iam.invalid", **params)
+    with SkillKit(access_review_skill("http://iam.invalid")) as kit:
+        task = await kit.run(start(kit, **params))
 
-    await run(task)
-
-    assert task.state == REJECTED
-    assert task.status_message is not None
-    assert complaint in task.status_message
+    assert task.state == TaskState.REJECTED
+    reason = message_text(task.status_message)
+    assert reason is not None
+    assert complaint in reason
 
 
 async def test_without_an_iam_the_task_fails_clearly() -> None:
-    task = start(None)
+    with SkillKit(access_review_skill(None)) as kit:
+        task = await kit.run(start(kit))
 
-    await run(task)
-
-    assert task.state == FAILED
-    assert task.status_message == "access-review needs the IAM service: set LONGHAUL_IAM_URL"
+    assert task.state == TaskState.FAILED
+    assert message_text(task.status_message) == "access-review needs the IAM service: set LONGHAUL_IAM_URL"
 
 
 def test_defaults_are_the_seeds() -> None:

@@ -1,69 +1,63 @@
-"""conformance: the TCK's messageId prefixes, longest first."""
+"""conformance: the TCK's messageId prefixes, longest first (on the real runtime in memory)."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
+from uuid import UUID
 
 import pytest
 
-from domain.skill import Skill
-from tests.skills.harness import (
-    COMPLETED,
-    INPUT_REQUIRED,
-    REJECTED,
-    HarnessTask,
-    SimulatedCrashError,
-    answer,
-    new_task,
-    run,
-    user_message,
-)
+from domain.states import TaskState
+from domain.task import Task
+from longhaul.testing import SkillKit, artifact_text, message_text
 from workers.skills.conformance import conformance_skill, scenario_of
 
 SESSION = "0a1b2c3d"
 
 
 @pytest.fixture
-def skill() -> Skill:
-    return conformance_skill(resubscribe_hold_s=0.01, delayed_s=0.01)
+def kit() -> Iterator[SkillKit]:
+    with SkillKit(conformance_skill(resubscribe_hold_s=0.01, delayed_s=0.01)) as kit:
+        yield kit
 
 
-def start(skill: Skill, prefix: str) -> HarnessTask:
-    return new_task(skill, user_message("hi", message_id=f"{prefix}-{SESSION}"))
+def start(kit: SkillKit, prefix: str) -> UUID:
+    return kit.submit("conformance", text="hi", message_id=f"{prefix}-{SESSION}")
 
 
-def only_part(task: HarnessTask) -> dict[str, object]:
+def only_part(task: Task) -> dict[str, object]:
     (artifact,) = task.artifacts.values()
     (part,) = artifact["parts"]
     assert isinstance(part, dict)
     return part
 
 
-async def test_complete_task_says_hello(skill: Skill) -> None:
-    task = start(skill, "tck-complete-task")
-    await run(task)
-    assert task.state == COMPLETED
-    assert task.status_message == "Hello from TCK"
+def chunks(kit: SkillKit, task_id: UUID) -> list[Task.ArtifactChunkAppended]:
+    return kit.events(task_id, Task.ArtifactChunkAppended)
+
+
+async def test_complete_task_says_hello(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-complete-task"))
+    assert task.state == TaskState.COMPLETED
+    assert message_text(task.status_message) == "Hello from TCK"
     assert task.artifacts == {}
 
 
-async def test_unknown_ids_complete(skill: Skill) -> None:
-    task = new_task(skill, user_message("hi", message_id="something-else"))
-    await run(task)
-    assert task.state == COMPLETED
-    assert task.status_message == "Hello from TCK"
+async def test_unknown_ids_complete(kit: SkillKit) -> None:
+    task = await kit.run(kit.submit("conformance", text="hi", message_id="something-else"))
+    assert task.state == TaskState.COMPLETED
+    assert message_text(task.status_message) == "Hello from TCK"
 
 
-async def test_text_artifact(skill: Skill) -> None:
-    task = start(skill, "tck-artifact-text")
-    await run(task)
-    assert task.state == COMPLETED
+async def test_text_artifact(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-artifact-text"))
+    assert task.state == TaskState.COMPLETED
     assert only_part(task) == {"text": "Generated text content"}
 
 
-async def test_file_artifact(skill: Skill) -> None:
-    task = start(skill, "tck-artifact-file")
-    await run(task)
+async def test_file_artifact(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-artifact-file"))
     part = only_part(task)
     assert part["filename"] == "output.txt"
     assert part["mediaType"] == "text/plain"
@@ -71,9 +65,8 @@ async def test_file_artifact(skill: Skill) -> None:
     assert base64.b64decode(part["raw"]) == b"file output"
 
 
-async def test_file_url_artifact_wins_over_the_shorter_prefix(skill: Skill) -> None:
-    task = start(skill, "tck-artifact-file-url")
-    await run(task)
+async def test_file_url_artifact_wins_over_the_shorter_prefix(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-artifact-file-url"))
     assert only_part(task) == {
         "url": "https://example.com/output.txt",
         "filename": "output.txt",
@@ -81,50 +74,56 @@ async def test_file_url_artifact_wins_over_the_shorter_prefix(skill: Skill) -> N
     }
 
 
-async def test_data_artifact(skill: Skill) -> None:
-    task = start(skill, "tck-artifact-data")
-    await run(task)
+async def test_data_artifact(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-artifact-data"))
     assert only_part(task) == {"data": {"key": "value", "count": 42}}
 
 
-async def test_input_required_then_completes_on_the_follow_up(skill: Skill) -> None:
-    task = start(skill, "tck-input-required")
-    await run(task)
-    assert task.state == INPUT_REQUIRED
+async def test_input_required_then_completes_on_the_follow_up(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-input-required")
+    task = await kit.run(task_id)
+    assert task.state == TaskState.INPUT_REQUIRED
+    assert message_text(task.status_message) == "Input required"
 
-    answer(task, user_message("more", message_id=f"tck-input-required-{SESSION}"))
-    await run(task)
+    kit.answer(task_id, text="more", message_id=f"tck-input-required-{SESSION}")
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert task.status_message == "Received: more"
-
-
-async def test_reject(skill: Skill) -> None:
-    task = start(skill, "tck-reject-task")
-    await run(task)
-    assert task.state == REJECTED
-    assert task.status_message == "rejected"
+    assert task.state == TaskState.COMPLETED
+    assert message_text(task.status_message) == "Received: more"
 
 
-async def test_chunked_stream(skill: Skill) -> None:
-    task = start(skill, "tck-stream-artifact-chunked")
-    await run(task)
-    assert task.state == COMPLETED
-    chunks = [(e.artifact["parts"][0]["text"], e.append, e.last_chunk) for e in task.emitted]
-    assert chunks == [("chunk-1 ", False, False), ("chunk-2", True, True)]
-    assert task.artifact_text("tck-artifact") == "chunk-1 chunk-2"
+async def test_reject(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-reject-task"))
+    assert task.state == TaskState.REJECTED
+    assert message_text(task.status_message) == "rejected"
 
 
-async def test_chunked_stream_resumes_after_the_first_chunk(skill: Skill) -> None:
-    task = start(skill, "tck-stream-artifact-chunked")
-    task.crash_after_commits = 2
-    with pytest.raises(SimulatedCrashError):
-        await run(task)
+async def test_chunked_stream(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-stream-artifact-chunked")
+    task = await kit.run(task_id)
+    assert task.state == TaskState.COMPLETED
+    sent = [(e.artifact["parts"][0]["text"], e.append, e.last_chunk) for e in chunks(kit, task_id)]
+    assert sent == [("chunk-1 ", False, False), ("chunk-2", True, True)]
+    assert artifact_text(task, "tck-artifact") == "chunk-1 chunk-2"
+    assert kit.commits(task_id) == [
+        ["ArtifactChunkAppended"],
+        ["CheckpointSaved"],  # each chunk, then the count emitted
+        ["ArtifactChunkAppended"],
+        ["CheckpointSaved"],
+        ["StepCompleted", "Completed"],
+    ]
 
-    await run(task)
 
-    assert task.artifact_text("tck-artifact") == "chunk-1 chunk-2"
-    assert len(task.emitted) == 2
+async def test_chunked_stream_resumes_after_the_first_chunk(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-stream-artifact-chunked")
+    task = await kit.run(task_id, crash_after_commit=2)  # chunk 1 and its count are saved
+    assert task.state == TaskState.WORKING
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    assert artifact_text(task, "tck-artifact") == "chunk-1 chunk-2"
+    assert len(chunks(kit, task_id)) == 2
 
 
 @pytest.mark.parametrize(
@@ -137,25 +136,24 @@ async def test_chunked_stream_resumes_after_the_first_chunk(skill: Skill) -> Non
         ("tck-stream-999", "Stream output"),
     ],
 )
-async def test_streams_emit_an_artifact_then_complete(skill: Skill, prefix: str, text: str) -> None:
-    task = start(skill, prefix)
-    await run(task)
-    assert task.state == COMPLETED
-    assert [e.artifact["parts"] for e in task.emitted] == [[{"text": text}]]
-    assert [kind for kind, _ in task.commits] == ["artifact", "step"]
+async def test_streams_emit_an_artifact_then_complete(kit: SkillKit, prefix: str, text: str) -> None:
+    task_id = start(kit, prefix)
+    task = await kit.run(task_id)
+    assert task.state == TaskState.COMPLETED
+    assert [e.artifact["parts"] for e in chunks(kit, task_id)] == [[{"text": text}]]
+    assert kit.commits(task_id) == [["ArtifactChunkAppended"], ["StepCompleted", "Completed"]]
 
 
-async def test_stream_artifact_file(skill: Skill) -> None:
-    task = start(skill, "tck-stream-artifact-file")
-    await run(task)
+async def test_stream_artifact_file(kit: SkillKit) -> None:
+    task = await kit.run(start(kit, "tck-stream-artifact-file"))
     assert only_part(task)["filename"] == "output.txt"
 
 
-async def test_stream_002_just_completes(skill: Skill) -> None:
-    task = start(skill, "tck-stream-002")
-    await run(task)
-    assert task.state == COMPLETED
-    assert task.emitted == []
+async def test_stream_002_just_completes(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-stream-002")
+    task = await kit.run(task_id)
+    assert task.state == TaskState.COMPLETED
+    assert chunks(kit, task_id) == []
 
 
 @pytest.mark.parametrize(
@@ -166,11 +164,10 @@ async def test_stream_002_just_completes(skill: Skill) -> None:
         ("tck-message-response", "Direct message response"),
     ],
 )
-async def test_holds_and_messages(skill: Skill, prefix: str, message: str | None) -> None:
-    task = start(skill, prefix)
-    await run(task)
-    assert task.state == COMPLETED
-    assert task.status_message == message
+async def test_holds_and_messages(kit: SkillKit, prefix: str, message: str | None) -> None:
+    task = await kit.run(start(kit, prefix))
+    assert task.state == TaskState.COMPLETED
+    assert message_text(task.status_message) == message
 
 
 def test_longest_prefix_first() -> None:

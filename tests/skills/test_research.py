@@ -1,144 +1,157 @@
-"""research: the API-key question, then a chunked report, one commit per chunk, resumable."""
+"""research: the API-key question, then a chunked report, one commit per chunk, resumable.
+
+On the real runtime in memory (``longhaul.testing.SkillKit``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 import pytest
 
-from domain.skill import AskInput
-from tests.skills.harness import (
-    COMPLETED,
-    FAILED,
-    INPUT_REQUIRED,
-    REJECTED,
-    HarnessTask,
-    SimulatedCrashError,
-    answer,
-    new_task,
-    run,
-    user_message,
-)
+from domain.states import TaskState
+from domain.task import Pause, Task
+from longhaul.testing import SkillKit, artifact_text, message_text
 from workers.skills.research import QUESTION, RESEARCH, mask
 
 API_KEY = "sk-live-0123456789abcdef"
+CHUNK = ["ArtifactChunkAppended", "CheckpointSaved"]
+"""One commit of ``write_report``: a chunk and the count emitted, together."""
 
 
-def start(**params: Any) -> HarnessTask:
-    return new_task(RESEARCH, user_message("Analyze ACME pricing", data=params or None), params)
+@pytest.fixture
+def kit() -> Iterator[SkillKit]:
+    with SkillKit(RESEARCH) as kit:
+        yield kit
 
 
-async def test_asks_for_the_key_then_streams_the_report_in_chunks() -> None:
-    task = start()
+def start(kit: SkillKit, **params: Any) -> UUID:
+    return kit.submit("research", text="Analyze ACME pricing", data=params or None)
 
-    await run(task)
 
-    assert task.state == INPUT_REQUIRED
-    assert isinstance(task.pause, AskInput)
-    assert task.pause.question == QUESTION
+async def answered(kit: SkillKit, **params: Any) -> UUID:
+    """A task that asked for the key and got it (and has not run since)."""
+    task_id = start(kit, **params)
+    task = await kit.run(task_id)
+    assert task.state == TaskState.INPUT_REQUIRED
+    kit.answer(task_id, data={"api_key": API_KEY})
+    return task_id
 
-    answer(task, user_message(data={"api_key": API_KEY}))
-    await run(task)
 
-    assert task.state == COMPLETED
-    assert [(e.append, e.last_chunk) for e in task.emitted] == [
+def chunks(kit: SkillKit, task_id: UUID) -> list[Task.ArtifactChunkAppended]:
+    return kit.events(task_id, Task.ArtifactChunkAppended)
+
+
+async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit) -> None:
+    task_id = start(kit)
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.INPUT_REQUIRED
+    assert isinstance(task.pause, Pause)
+    assert message_text(task.status_message) == QUESTION
+
+    kit.answer(task_id, data={"api_key": API_KEY})
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    emitted = chunks(kit, task_id)
+    assert [(e.append, e.last_chunk) for e in emitted] == [
         (False, False),
         (True, False),
         (True, False),
         (True, False),
         (True, True),
     ]
-    assert all(e.artifact["artifactId"] == "report" for e in task.emitted)
-    kinds = [kind for kind, _ in task.commits]
-    assert kinds == ["step"] + ["artifact"] * 5 + [
-        "step"
-    ]  # the question, 5 chunks (each with its count), the end
-    report = task.artifact_text("report")
+    assert all(e.artifact["artifactId"] == "report" for e in emitted)
+    # the question, 5 chunks (each with its count), the end
+    assert kit.commits(task_id) == [["InputRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
+    report = artifact_text(task, "report")
     assert report.startswith("# Research report: Analyze ACME pricing")
     assert "## Finding 5" in report
     assert report.endswith("End of report.\n")
     assert task.artifacts["report"]["parts"][0]["mediaType"] == "text/markdown"
 
 
-async def test_the_key_never_appears_in_clear() -> None:
-    task = start(chunks=3)
-    await run(task)
-    answer(task, user_message(data={"api_key": API_KEY}))
+async def test_the_key_never_appears_in_clear(kit: SkillKit) -> None:
+    task_id = await answered(kit, chunks=3)
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert "****cdef" in task.artifact_text("report")
-    durable = json.dumps([task.artifacts, task.checkpoint, task.commits, task.effects], default=str)
+    assert task.state == TaskState.COMPLETED
+    assert "****cdef" in artifact_text(task, "report")
+    # Everything the task's steps wrote, and the task's state. The client's answer itself is
+    # the one exception: A2A keeps it verbatim in the task's history (InputReceived).
+    written = [dataclasses.asdict(e) for e in kit.events(task_id) if not isinstance(e, Task.InputReceived)]
+    durable = json.dumps(
+        [written, task.artifacts, task.checkpoint, task.effects, task.status_message], default=str
+    )
     assert API_KEY not in durable
     assert API_KEY[:-4] not in durable
 
 
-async def test_a_crash_resumes_after_the_last_committed_chunk() -> None:
-    task = start(chunks=5)
-    await run(task)
-    answer(task, user_message(data={"api_key": API_KEY}))
-    task.crash_after_commits = 3  # chunk 3 and its count committed together
+async def test_a_crash_resumes_after_the_last_committed_chunk(kit: SkillKit) -> None:
+    task_id = await answered(kit, chunks=5)
 
-    with pytest.raises(SimulatedCrashError):
-        await run(task)
+    task = await kit.run(task_id, crash_after_commit=3)  # chunk 3 and its count committed together
+
+    assert task.state == TaskState.WORKING
     assert task.checkpoint["emitted"] == 3
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == COMPLETED
-    assert len(task.emitted) == 5  # nothing emitted twice
-    assert [e.last_chunk for e in task.emitted] == [False, False, False, False, True]
-    assert [f"## Finding {n}" in task.artifact_text("report") for n in range(1, 6)] == [True] * 5
-
-
-@pytest.mark.parametrize("crash_after", [1, 2, 3, 4])
-async def test_no_crash_point_sends_a_chunk_twice(crash_after: int) -> None:
-    task = start(chunks=5)
-    await run(task)
-    answer(task, user_message(data={"api_key": API_KEY}))
-    task.crash_after_commits = crash_after
-
-    with pytest.raises(SimulatedCrashError):
-        await run(task)
-    await run(task)
-
-    assert task.state == COMPLETED
-    assert [e.last_chunk for e in task.emitted] == [False, False, False, False, True]
+    assert task.state == TaskState.COMPLETED
+    assert len(chunks(kit, task_id)) == 5  # nothing emitted twice
+    assert [e.last_chunk for e in chunks(kit, task_id)] == [False, False, False, False, True]
+    assert [f"## Finding {n}" in artifact_text(task, "report") for n in range(1, 6)] == [True] * 5
+    workers = [e.worker for e in kit.events(task_id, Task.LeaseGranted)]
+    assert workers == ["kit-worker-1", "kit-worker-2", "kit-worker-3"]  # ask, crash, resume
 
 
-async def test_one_chunk_is_first_and_last() -> None:
-    task = start(chunks=1)
-    await run(task)
-    answer(task, user_message(data={"api_key": API_KEY}))
+@pytest.mark.parametrize("crash_after", [1, 2, 3, 4, 5])
+async def test_no_crash_point_sends_a_chunk_twice(kit: SkillKit, crash_after: int) -> None:
+    task_id = await answered(kit, chunks=5)
 
-    await run(task)
+    task = await kit.run(task_id, crash_after_commit=crash_after)
+    assert task.state == TaskState.WORKING
+    task = await kit.run(task_id)
 
-    assert [(e.append, e.last_chunk) for e in task.emitted] == [(False, True)]
-    assert task.artifact_text("report").endswith("End of report.\n")
+    assert task.state == TaskState.COMPLETED
+    assert [e.last_chunk for e in chunks(kit, task_id)] == [False, False, False, False, True]
 
 
-async def test_an_answer_without_a_key_fails_clearly() -> None:
-    task = start()
-    await run(task)
-    answer(task, user_message("here you go"))
+async def test_one_chunk_is_first_and_last(kit: SkillKit) -> None:
+    task_id = await answered(kit, chunks=1)
 
-    await run(task)
+    task = await kit.run(task_id)
 
-    assert task.state == FAILED
-    assert task.status_message is not None
-    assert "api_key" in task.status_message
-    assert task.emitted == []
+    assert [(e.append, e.last_chunk) for e in chunks(kit, task_id)] == [(False, True)]
+    assert artifact_text(task, "report").endswith("End of report.\n")
+
+
+async def test_an_answer_without_a_key_fails_clearly(kit: SkillKit) -> None:
+    task_id = start(kit)
+    await kit.run(task_id)
+    kit.answer(task_id, text="here you go")
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.FAILED
+    reason = message_text(task.status_message)
+    assert reason is not None
+    assert "api_key" in reason
+    assert chunks(kit, task_id) == []
 
 
 @pytest.mark.parametrize("params", [{"chunks": 0}, {"chunks": "5"}, {"chunk_delay_ms": -1}])
-async def test_bad_parameters_are_rejected(params: dict[str, Any]) -> None:
-    task = start(**params)
+async def test_bad_parameters_are_rejected(kit: SkillKit, params: dict[str, Any]) -> None:
+    task = await kit.run(start(kit, **params))
 
-    await run(task)
-
-    assert task.state == REJECTED
+    assert task.state == TaskState.REJECTED
 
 
 def test_mask_keeps_only_the_tail_of_long_keys() -> None:
