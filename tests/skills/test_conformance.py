@@ -106,17 +106,27 @@ async def test_chunked_stream(kit: SkillKit) -> None:
     assert sent == [("chunk-1 ", False, False), ("chunk-2", True, True)]
     assert artifact_text(task, "tck-artifact") == "chunk-1 chunk-2"
     assert kit.commits(task_id) == [
-        ["ArtifactChunkAppended"],
-        ["CheckpointSaved"],  # each chunk, then the count emitted
-        ["ArtifactChunkAppended"],
-        ["CheckpointSaved"],
+        ["ArtifactChunkAppended", "CheckpointSaved"],  # each chunk with the count emitted
+        ["ArtifactChunkAppended", "CheckpointSaved"],
         ["StepCompleted", "Completed"],
     ]
 
 
+@pytest.mark.parametrize("crash_after", [1, 2])
+async def test_no_crash_point_sends_a_chunk_twice(kit: SkillKit, crash_after: int) -> None:
+    task_id = start(kit, "tck-stream-artifact-chunked")
+    await kit.run(task_id, crash_after_commit=crash_after)
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    sent = [e.artifact["parts"][0]["text"] for e in chunks(kit, task_id)]
+    assert sent == ["chunk-1 ", "chunk-2"]
+
+
 async def test_chunked_stream_resumes_after_the_first_chunk(kit: SkillKit) -> None:
     task_id = start(kit, "tck-stream-artifact-chunked")
-    task = await kit.run(task_id, crash_after_commit=2)  # chunk 1 and its count are saved
+    task = await kit.run(task_id, crash_after_commit=1)  # chunk 1 and its count are saved
     assert task.state == TaskState.WORKING
 
     task = await kit.run(task_id)

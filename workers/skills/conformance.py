@@ -147,9 +147,11 @@ async def _stream_chunks(ctx: StepContext, checkpoint: JSON) -> None:
     chunks = [("chunk-1 ", False), ("chunk-2", True)]
     for index in range(checkpoint.get("emitted", 0), len(chunks)):
         text, last = chunks[index]
-        await ctx.emit_artifact(_artifact({"text": text}), append=index > 0, last_chunk=last)
         checkpoint = {**checkpoint, "emitted": index + 1}
-        await ctx.commit(checkpoint)
+        # The chunk and its count in one commit: a crash between them cannot send a chunk twice.
+        await ctx.emit_artifact(
+            _artifact({"text": text}), append=index > 0, last_chunk=last, checkpoint=checkpoint
+        )
 
 
 def conformance_skill(
