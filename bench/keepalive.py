@@ -27,6 +27,7 @@ from bench.common import REPO_ROOT, base_parser, fresh_schema, machine_info, sum
 from bench.processes import WorkerProcess, worker_env
 
 VARIANTS = {"longhaul": ["longhaul.cli", "gateway"], "before (no TCP_NODELAY)": ["bench.delayed_ack_gateway"]}
+BASELINE_TREE = "tree at --baseline-tree"
 
 
 def free_port() -> int:
@@ -36,20 +37,24 @@ def free_port() -> int:
         return port
 
 
-def start_process(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_process(
+    module: list[str], env: dict[str, str], log: Path, *, tree: Path = REPO_ROOT
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", *module],
-            env=env,
-            cwd=REPO_ROOT,
+            env={**env, "PYTHONPATH": str(tree)},
+            cwd=tree,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
 
-def start_gateway(module: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    process = start_process(module, {**env, "LONGHAUL_PORT": str(port)}, log)
+def start_gateway(
+    module: list[str], env: dict[str, str], port: int, log: Path, *, tree: Path = REPO_ROOT
+) -> subprocess.Popen[bytes]:
+    process = start_process(module, {**env, "LONGHAUL_PORT": str(port)}, log, tree=tree)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -91,12 +96,20 @@ def main() -> None:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--requests", type=int, default=200, help="requests per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per gateway and mode")
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run `longhaul gateway` from this checkout (e.g. a worktree of an older commit)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.requests, args.rounds = 50, 2
+    variants = {name: (module, REPO_ROOT) for name, module in VARIANTS.items()}
+    if args.baseline_tree is not None:
+        variants[BASELINE_TREE] = (["longhaul.cli", "gateway"], args.baseline_tree.resolve())
     folder = Path(tempfile.mkdtemp(prefix="bench-keepalive-"))
     results: dict[str, dict[str, list[float]]] = {
-        v: {"returnImmediately": [], "blocking": []} for v in VARIANTS
+        v: {"returnImmediately": [], "blocking": []} for v in variants
     }
     with fresh_schema(args.database_url, "keepalive") as schema:
         env = worker_env(args.database_url, schema, concurrency=8, lease_seconds=30)
@@ -106,16 +119,16 @@ def main() -> None:
         worker = WorkerProcess(env, folder / "worker.log")
         worker.wait_started()
         relay = start_process(["longhaul.cli", "relay"], env, folder / "relay.log")
-        ports = {variant: free_port() for variant in VARIANTS}
+        ports = {variant: free_port() for variant in variants}
         gateways = {
-            variant: start_gateway(module, env, ports[variant], folder / f"gateway{i}.log")
-            for i, (variant, module) in enumerate(VARIANTS.items())
+            variant: start_gateway(module, env, ports[variant], folder / f"gateway{i}.log", tree=tree)
+            for i, (variant, (module, tree)) in enumerate(variants.items())
         }
         try:
-            clients = {v: httpx.Client(base_url=f"http://127.0.0.1:{ports[v]}", timeout=30) for v in VARIANTS}
+            clients = {v: httpx.Client(base_url=f"http://127.0.0.1:{ports[v]}", timeout=30) for v in variants}
             for _ in range(args.rounds):
                 for mode in ("returnImmediately", "blocking"):
-                    for variant, client in clients.items():  # interleaved: every round visits both
+                    for variant, client in clients.items():  # interleaved: every round visits each
                         one_round(client, 5, immediately=mode == "returnImmediately")  # warm the connection
                         results[variant][mode] += one_round(
                             client, args.requests, immediately=mode == "returnImmediately"
@@ -134,18 +147,28 @@ def main() -> None:
         "machine": machine_info(args.database_url),
         "requests": args.requests,
         "rounds": args.rounds,
+        "baseline_tree": str(args.baseline_tree) if args.baseline_tree else None,
     }
     for mode in ("returnImmediately", "blocking"):
-        ours, before = results["longhaul"][mode], results["before (no TCP_NODELAY)"][mode]
-        ratio = statistics.median(before) / statistics.median(ours)
-        for variant in VARIANTS:
+        ours = statistics.median(results["longhaul"][mode])
+        for variant in variants:
             s = summary_ms(results[variant][mode])
+            ratio = statistics.median(results[variant][mode]) / ours
             rows.append(
-                [mode, variant, f"{s['median_ms']:.1f}", f"{s['p95_ms']:.1f}", f"{1000 / s['mean_ms']:.0f}"]
+                [
+                    mode,
+                    variant,
+                    f"{s['median_ms']:.1f}",
+                    f"{s['p95_ms']:.1f}",
+                    f"{1000 / s['mean_ms']:.0f}",
+                    f"{ratio:.2f}x",
+                ]
             )
-        rows.append([mode, "p50 ratio before/longhaul", f"{ratio:.2f}x", "", ""])
-        payload[mode] = {v: summary_ms(results[v][mode]) for v in VARIANTS} | {"p50_ratio": ratio}
-    print(table(["mode", "gateway", "p50 ms", "p95 ms", "req/s"], rows))
+        payload[mode] = {v: summary_ms(results[v][mode]) for v in variants}
+        payload[mode]["p50_ratio_to_longhaul"] = {
+            v: statistics.median(results[v][mode]) / ours for v in variants
+        }
+    print(table(["mode", "gateway", "p50 ms", "p95 ms", "req/s", "p50 / longhaul's"], rows))
     write_results("keepalive", payload, args)
 
 
