@@ -44,7 +44,8 @@ from bench.common import (
 )
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import StoreConfig
 
 TARGET_RATIO = 2.0
 

@@ -39,7 +39,9 @@ from eventsourcing.persistence import RecordConflictError
 from domain.task import Task
 from longhaul import cli, wiring
 from store import application as eventstore
-from store.application import TaskApplication, TaskNotFoundError
+from store import config as store_config
+from store.application import TaskApplication
+from store.errors import TaskNotFoundError
 from store.postgres import PostgresRunQueueRecorder
 from workers.lease import LeasedTask
 from workers.worker import Worker
@@ -93,12 +95,12 @@ def plain_projector(aggregate: Any, events: Any) -> Any:
 
 def install_what_ifs(names: set[str]) -> None:
     if "no-pre-ping" in names:
-        original_env = eventstore.postgres_env
+        original_env = store_config.postgres_env
 
-        def postgres_env(config: eventstore.StoreConfig) -> dict[str, str]:
+        def postgres_env(config: store_config.StoreConfig) -> dict[str, str]:
             return {**original_env(config), "POSTGRES_PRE_PING": "n"}
 
-        eventstore.postgres_env = postgres_env
+        eventstore.postgres_env = postgres_env  # type: ignore[attr-defined]  # where the application calls it
     if "plain-projector" in names:
 
         def get(self: TaskApplication, task_id: Any, version: int | None = None) -> Task:

@@ -28,7 +28,8 @@ from bench.common import (
     write_results,
 )
 from domain.task import Task
-from store.application import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskApplication
+from store.application import APP_NAME, SNAPSHOT_INTERVAL, TaskApplication
+from store.config import StoreConfig
 
 TARGET_MS = 20.0
 

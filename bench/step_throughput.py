@@ -46,7 +46,8 @@ from bench.common import (
 from bench.noop_skills import noop_skill_name
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import StoreConfig
 
 DBOS_STEPS_PER_S = 492  # BASELINE.md: DBOS Transact 3.4, 6-step workflow, sequential
 TARGET_STEPS_PER_S = 1_000

@@ -25,7 +25,8 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
-from store.application import TaskApplication, TaskNotFoundError
+from store.application import TaskApplication
+from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from workers.relay import Relay, RelayUnavailableError
 from workers.skill_versions import ReleaseMismatchError, version_use

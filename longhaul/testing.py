@@ -36,7 +36,8 @@ from uuid import UUID, uuid4
 from domain.skill import JSON, Skill, SkillRegistry, Step, StepContext, StepOutcome
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from store.application import MemoryConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import MemoryConfig
 from store.messages import user_message
 from workers.sweeper import Sweeper
 from workers.task_runner import RunPolicy

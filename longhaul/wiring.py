@@ -12,7 +12,8 @@ from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
 from projections.subjects import NatsNames
-from store.application import MemoryConfig, StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import MemoryConfig, StoreConfig
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig

@@ -19,16 +19,13 @@ import asyncio
 import functools
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
-from urllib.parse import unquote, urlparse
 from uuid import UUID, uuid4, uuid5
 
 from eventsourcing.application import AggregateNotFoundError, Application, project_aggregate
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import JSONTranscoder, RecordConflictError
-from eventsourcing.utils import get_topic
 from typing_extensions import override
 
 from domain.clock import Clock
@@ -37,17 +34,18 @@ from domain.skill import Skill
 from domain.states import TaskState
 from domain.task import Task
 from store import migrations
+from store.config import MemoryConfig, StoreConfig, memory_env, postgres_env
 from store.errors import (
     AnswerTooLateError,
+    ConflictError,
     ContextMismatchError,
     NotWaitingForInputError,
     TaskExpiredError,
     TaskIdCollisionError,
+    TaskNotFoundError,
 )
-from store.errors import ConflictError as ConflictError  # noqa: PLC0414 - re-exported for importers
-from store.errors import TaskNotFoundError as TaskNotFoundError  # noqa: PLC0414 - re-exported for importers
 from store.locks import advisory_lock, ddl_lock_name
-from store.memory import MemoryFactory, MemoryRunQueueRecorder
+from store.memory import MemoryRunQueueRecorder
 from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
@@ -71,64 +69,6 @@ created instead of creating a second one. Never change it: existing ids would st
 
 CANCEL_REASON = "canceled by the client"
 CANCEL_TEXT = "Canceled by the client."
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """A store on PostgreSQL (``store.postgres``), its schema migrated on opening (``store.migrations``).
-
-    ``schema`` isolates deployments (and tests) in one database.
-    """
-
-    database_url: str
-    schema: str = "public"
-    pool_size: int = 5
-    max_overflow: int = 10
-    lock_timeout_s: int = 5
-    cache_size: int = 0
-
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    """A store in this process's memory (``store.memory``): nothing outlives it, no other sees it."""
-
-    cache_size: int = 0
-
-
-def memory_env(config: MemoryConfig) -> dict[str, str]:
-    """The ``eventsourcing`` environment for ``config``."""
-    env = {"PERSISTENCE_MODULE": get_topic(MemoryFactory), "IS_SNAPSHOTTING_ENABLED": "y"}
-    if config.cache_size:
-        env["AGGREGATE_CACHE_MAXSIZE"] = str(config.cache_size)
-        env["AGGREGATE_CACHE_FASTFORWARD"] = "y"
-    return env
-
-
-def postgres_env(config: StoreConfig) -> dict[str, str]:
-    """The ``eventsourcing`` environment for ``config``."""
-    url = urlparse(config.database_url)
-    if url.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"not a PostgreSQL URL: {config.database_url!r}")
-    env = {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "APPLICATION_RECORDER_TOPIC": get_topic(PostgresRunQueueRecorder),
-        "POSTGRES_DBNAME": unquote(url.path.lstrip("/")) or "postgres",
-        "POSTGRES_HOST": url.hostname or "127.0.0.1",
-        "POSTGRES_PORT": str(url.port or 5432),
-        "POSTGRES_USER": unquote(url.username or "postgres"),
-        "POSTGRES_PASSWORD": unquote(url.password or ""),
-        "POSTGRES_SCHEMA": config.schema,
-        "POSTGRES_POOL_SIZE": str(config.pool_size),
-        "POSTGRES_MAX_OVERFLOW": str(config.max_overflow),
-        "POSTGRES_LOCK_TIMEOUT": str(config.lock_timeout_s),
-        "POSTGRES_CONNECT_TIMEOUT": "10",
-        "POSTGRES_PRE_PING": "y",
-        "IS_SNAPSHOTTING_ENABLED": "y",
-    }
-    if config.cache_size:
-        env["AGGREGATE_CACHE_MAXSIZE"] = str(config.cache_size)
-        env["AGGREGATE_CACHE_FASTFORWARD"] = "y"
-    return env
 
 
 class TaskApplication(Application[UUID]):

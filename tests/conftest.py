@@ -29,7 +29,8 @@ from psycopg import sql
 
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from store.application import MemoryConfig, StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import MemoryConfig, StoreConfig
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
 # so that a submission's result does not depend on the draw. Failures found locally are kept in

@@ -26,7 +26,8 @@ from psycopg import sql
 
 from projections.event_json import dumps, event_message, reference_message
 from projections.subjects import NatsNames
-from store.application import StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import StoreConfig
 from store.locks import advisory_key
 from workers.wakeup import Wakeup
 

@@ -18,7 +18,8 @@ from psycopg import sql
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from longhaul.cli import main
 from store import migrations
-from store.application import StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import StoreConfig
 from store.locks import advisory_lock, ddl_lock_name
 from store.migrations import VERSION_TABLE, SchemaTooNewError
 from store.run_queue import RunQueueRow

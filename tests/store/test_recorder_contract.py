@@ -20,13 +20,9 @@ import pytest
 
 from domain.states import TaskState
 from domain.task import Task
-from store.application import (
-    SNAPSHOT_INTERVAL,
-    ConflictError,
-    MemoryConfig,
-    TaskApplication,
-    TaskNotFoundError,
-)
+from store.application import SNAPSHOT_INTERVAL, TaskApplication
+from store.config import MemoryConfig
+from store.errors import ConflictError, TaskNotFoundError
 from store.run_queue import RunQueueRow
 from tests.support.tasks import new_task
 

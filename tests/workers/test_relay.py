@@ -16,7 +16,8 @@ from nats.js import JetStreamContext
 from domain.task import Task
 from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
-from store.application import MemoryConfig, StoreConfig, TaskApplication
+from store.application import TaskApplication
+from store.config import MemoryConfig, StoreConfig
 from tests.support.tasks import new_task
 from workers.relay import Relay, RelayUnavailableError, ensure_stream, header_size
 
