@@ -98,4 +98,5 @@ def create_app(
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
     state = State({"service": service, "card": card, "max_pause": max_pause})
-    return Litestar(route_handlers=[get_agent_card, jsonrpc], state=state, debug=False)
+    # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
+    return Litestar(route_handlers=[get_agent_card, jsonrpc], state=state, debug=False, logging_config=None)

@@ -310,7 +310,10 @@ async def up(settings: Settings) -> None:
         finally:
             store.close()
             (settings.data_dir / SERVICES_FILE).unlink(missing_ok=True)
-            log.info("longhaul stopped; data kept in %s", settings.data_dir)
+            if in_memory:
+                log.info("longhaul stopped; the in-memory tasks are gone (LONGHAUL_STORE=memory)")
+            else:
+                log.info("longhaul stopped; data kept in %s", settings.data_dir)
 
 
 def _with_embedded_services(settings: Settings, services: ExitStack, *, nats: bool = True) -> Settings:

@@ -158,7 +158,11 @@ def create_app() -> Litestar:
             calls = list(state.calls)
         return [c for c in calls if task_id is None or c["task_id"] == task_id]
 
-    return Litestar(route_handlers=[health, list_grants, revoke, list_revocations, list_calls], debug=False)
+    return Litestar(
+        route_handlers=[health, list_grants, revoke, list_revocations, list_calls],
+        debug=False,
+        logging_config=None,  # the process configures logging
+    )
 
 
 def serve(host: str = "127.0.0.1", port: int = 8090) -> None:
