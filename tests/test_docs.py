@@ -355,8 +355,8 @@ def _doc_files() -> list[Path]:
 
 
 def _prose(path: Path) -> str:
-    """A doc without its fenced code blocks (their backticks would pair up with the prose's)."""
-    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.DOTALL | re.MULTILINE)
+    """A doc without its fenced code blocks, indented ones too (their backticks pair with prose)."""
+    return re.sub(r"^[ \t]*```.*?^[ \t]*```", "", path.read_text(), flags=re.DOTALL | re.MULTILINE)
 
 
 def _checked_folders() -> set[str]:
