@@ -1,0 +1,267 @@
+"""The current-task view on the real PostgreSQL: it follows the log, exactly once, and rebuilds.
+
+The projector is the library's ``ProjectionRunner`` (``projections.task_view.projection_runner``);
+the tasks are moved through the domain as a worker and a client would (``tests.api.support.Advance``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from eventsourcing.persistence import IntegrityError, Tracking
+from psycopg import sql
+
+from domain.skill import Skill
+from domain.task import Task
+from projections.task_view import (
+    PageCursor,
+    TaskQuery,
+    TaskViewRecorder,
+    TaskViewRow,
+    open_view,
+    projection_runner,
+)
+from store.application import TaskApplication
+from store.config import StoreConfig
+from tests.api.support import Advance, FakeClock, make_registry, user_message
+
+WAIT_S = 20.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def view(postgres_store: TaskApplication) -> TaskViewRecorder:
+    opened = open_view(postgres_store)
+    assert opened is not None
+    return opened
+
+
+def submit(
+    store: TaskApplication, clock: FakeClock, *, tenant: str = "default", context: str | None = None
+) -> UUID:
+    skill: Skill = make_registry().newest("echo")
+    message = user_message(**({"contextId": context} if context else {}))
+    clock.advance(timedelta(seconds=1))
+    return store.submit(tenant=tenant, message=message, skill=skill, clock=clock).id
+
+
+def some_tasks(store: TaskApplication, clock: FakeClock) -> list[UUID]:
+    """Tasks in every kind of state: submitted, working, paused, answered, completed, canceled, expired."""
+    advance = Advance(store, clock)
+    ids = [submit(store, clock, tenant="acme" if i % 2 else "default", context=f"c{i % 3}") for i in range(8)]
+    clock.advance(timedelta(seconds=1))
+    advance.start(ids[1])
+    advance.ask(ids[2])
+    advance.ask(ids[3])
+    clock.advance(timedelta(seconds=1))
+    store.answer(ids[3], tenant="acme", message=user_message("yes"), clock=clock)
+    advance.complete(ids[4])
+    store.cancel(ids[5], tenant="acme", clock=clock)
+    advance.expire(ids[6])
+    return ids
+
+
+def expected(task: Task) -> dict[str, Any]:
+    """What the view must say of ``task`` (all but the log position)."""
+    return {
+        "task_id": task.id,
+        "tenant": task.tenant,
+        "context_id": task.context_id,
+        "state": str(task.state),
+        "status_timestamp": task.status_timestamp,
+        "skill": task.skill,
+        "skill_version": task.skill_version,
+        "expired": task.expired,
+        "version": task.version,
+    }
+
+
+def as_seen(row: TaskViewRow) -> dict[str, Any]:
+    values = dict(vars(row))
+    del values["position"]
+    return values
+
+
+def log_position(store: TaskApplication) -> int:
+    return store.recorder.max_notification_id() or 0
+
+
+def assert_view_equals_the_aggregates(
+    store: TaskApplication, view: TaskViewRecorder, ids: list[UUID]
+) -> None:
+    tasks = store.get_many(ids)
+    assert {r.task_id: as_seen(r) for r in view.rows()} == {t.id: expected(t) for t in tasks.values()}
+
+
+@pytest.fixture
+def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Iterator[Any]:
+    """The library's runner over the test's schema, stopped afterwards."""
+    with projection_runner(store_config) as runner:
+        yield runner
+
+
+def test_the_view_follows_the_log_and_equals_the_aggregates(
+    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock, projector: Any
+) -> None:
+    ids = some_tasks(postgres_store, clock)
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(postgres_store, view, ids)
+    assert view.lag(postgres_store).behind == 0
+    # It keeps following: a later change shows up.
+    Advance(postgres_store, clock).complete(ids[0])
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(postgres_store, view, ids)
+
+
+def test_a_restarted_projector_resumes_after_its_position(
+    store_config: StoreConfig, postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
+) -> None:
+    ids = some_tasks(postgres_store, clock)
+    lag = view.lag(postgres_store)
+    assert (lag.position, lag.behind) == (0, log_position(postgres_store))
+    with projection_runner(store_config) as runner:
+        runner.wait(log_position(postgres_store), timeout=WAIT_S)
+    first = log_position(postgres_store)
+    ids.append(submit(postgres_store, clock))
+    Advance(postgres_store, clock).complete(ids[0])
+    assert view.lag(postgres_store).position == first
+    with projection_runner(store_config) as runner:
+        runner.wait(log_position(postgres_store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(postgres_store, view, ids)
+    assert view.lag(postgres_store).behind == 0
+
+
+def test_an_event_is_applied_once_a_position_recorded_twice_is_refused(
+    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
+) -> None:
+    task_id = submit(postgres_store, clock)
+    submitted = next(iter(postgres_store.history(task_id)))
+    view.apply(submitted, Tracking(postgres_store.name, 1))
+    before = view.rows()
+    Advance(postgres_store, clock).start(task_id)
+    granted = list(postgres_store.history(task_id))[1]
+    with pytest.raises(IntegrityError):
+        view.apply(granted, Tracking(postgres_store.name, 1))
+    assert view.rows() == before  # the row was not touched: one transaction with the position
+    view.apply(granted, Tracking(postgres_store.name, 2))
+    assert view.row(task_id) is not None
+    assert view.rows()[0].state == "TASK_STATE_WORKING"
+
+
+def test_the_rebuilt_view_equals_the_live_one_row_for_row(
+    store_config: StoreConfig,
+    postgres_store: TaskApplication,
+    view: TaskViewRecorder,
+    clock: FakeClock,
+    projector: Any,
+) -> None:
+    some_tasks(postgres_store, clock)
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    live = view.rows()
+    assert view.rebuild(postgres_store) == log_position(postgres_store)
+    assert view.rows() == live  # every column, log positions included
+
+
+def test_a_rebuild_while_the_projector_runs_and_tasks_change_loses_nothing(
+    store_config: StoreConfig,
+    postgres_store: TaskApplication,
+    view: TaskViewRecorder,
+    clock: FakeClock,
+    projector: Any,
+) -> None:
+    ids = some_tasks(postgres_store, clock)
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    # Damage the live view: a row lost, another wrong. The rebuild repairs both.
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        table = sql.Identifier(store_config.schema, "longhaul_task_view")
+        conn.execute(sql.SQL("DELETE FROM {} WHERE task_id = %s").format(table), (ids[0],))
+        conn.execute(
+            sql.SQL("UPDATE {} SET state = 'TASK_STATE_FAILED' WHERE task_id = %s").format(table), (ids[1],)
+        )
+    stop = threading.Event()
+    added: list[UUID] = []
+    own_clock = FakeClock(clock.now)
+
+    def keep_submitting() -> None:
+        while not stop.is_set():
+            added.append(submit(postgres_store, own_clock, tenant="busy"))
+
+    writer = threading.Thread(target=keep_submitting)
+    writer.start()
+    try:
+        while len(added) < 5:
+            stop.wait(0.01)
+        view.rebuild(postgres_store)
+        while len(added) < 10:
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        writer.join()
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(postgres_store, view, ids + added)
+
+
+def test_a_rebuild_before_any_projector_records_the_position_it_reached(
+    store_config: StoreConfig, postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
+) -> None:
+    ids = some_tasks(postgres_store, clock)
+    assert view.rebuild(postgres_store) == log_position(postgres_store)
+    assert view.lag(postgres_store).behind == 0
+    assert_view_equals_the_aggregates(postgres_store, view, ids)
+    Advance(postgres_store, clock).complete(ids[0])
+    with projection_runner(store_config) as runner:  # resumes after the rebuilt position
+        runner.wait(log_position(postgres_store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(postgres_store, view, ids)
+
+
+def test_pages_are_newest_first_tenant_walled_and_filtered(
+    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
+) -> None:
+    ids = some_tasks(postgres_store, clock)
+    view.rebuild(postgres_store)
+    tasks = postgres_store.get_many(ids)
+    mine = sorted(
+        (t for t in tasks.values() if t.tenant == "acme" and not t.expired),
+        key=lambda t: (t.status_timestamp, t.id),
+        reverse=True,
+    )
+    seen: list[UUID] = []
+    cursor: PageCursor | None = None
+    while True:
+        page = view.page(TaskQuery(tenant="acme"), size=2, after=cursor)
+        assert page.total == len(mine)
+        seen += [r.task_id for r in page.rows]
+        if page.next is None:
+            break
+        cursor = PageCursor.parse(page.next.token())
+    assert seen == [t.id for t in mine]
+    assert all(tasks[i].tenant == "acme" for i in seen)
+    assert view.page(TaskQuery(tenant="nobody"), size=10).total == 0
+    working = view.page(TaskQuery(tenant="acme", state="TASK_STATE_WORKING"), size=10)
+    assert {r.task_id for r in working.rows} == {t.id for t in mine if t.state == "TASK_STATE_WORKING"}
+    in_c1 = view.page(TaskQuery(tenant="acme", context_id="c1"), size=10)
+    assert {r.task_id for r in in_c1.rows} == {t.id for t in mine if t.context_id == "c1"}
+    since = mine[1].status_timestamp
+    recent = view.page(TaskQuery(tenant="acme", status_after=since), size=10)
+    assert {r.task_id for r in recent.rows} == {t.id for t in mine if t.status_timestamp >= since}
+
+
+@pytest.mark.parametrize("token", ["", "not base64!", "bm9wZQ", PageCursor.__name__])
+def test_a_page_token_this_view_did_not_make_is_refused(token: str) -> None:
+    with pytest.raises(ValueError, match="pageToken"):
+        PageCursor.parse(token)
+
+
+def test_a_page_token_round_trips() -> None:
+    cursor = PageCursor(FakeClock().now, uuid4())
+    assert PageCursor.parse(cursor.token()) == cursor
