@@ -27,6 +27,7 @@ from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
+from projections.task_view import open_view
 from store.application import TaskApplication
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -86,7 +87,8 @@ def create_app(
     ``waiter`` wakes blocking SendMessage calls when their task changes (default: polling the
     log). ``blocking_timeout_s`` bounds how long a blocking call waits before answering with the
     task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
-    the gateway only carries it for the composition root.
+    the gateway only carries it for the composition root. ListTasks reads the current-task view
+    in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
     """
     service = A2AService(
         store=store,
@@ -95,6 +97,7 @@ def create_app(
         default_skill=default_skill,
         waiter=waiter if waiter is not None else PollingWaiter(store),
         blocking_timeout_s=blocking_timeout_s,
+        task_view=open_view(store),
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
     state = State({"service": service, "card": card, "max_pause": max_pause})

@@ -33,6 +33,7 @@ from api.wire import (
     CancelTaskRequest,
     GetTaskRequest,
     JsonRpcRequest,
+    ListTasksRequest,
     SendMessageRequest,
     parse_params,
 )
@@ -51,7 +52,6 @@ NO_STREAMING = "(capabilities.streaming is false)"
 UNSUPPORTED_METHODS: dict[str, str] = {
     "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} {NO_STREAMING}; use SendMessage",
     "SubscribeToTask": f"SubscribeToTask {NOT_YET} {NO_STREAMING}; poll GetTask instead",
-    "ListTasks": f"ListTasks {NOT_YET}",
     "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
 }
 NO_PUSH = "push notifications are not supported by this agent (capabilities.pushNotifications is false)"
@@ -178,10 +178,15 @@ async def _cancel_task(service: A2AService, params: Params) -> JSON:
     return await service.cancel_task(parse_params(CancelTaskRequest, params))
 
 
+async def _list_tasks(service: A2AService, params: Params) -> JSON:
+    return await service.list_tasks(parse_params(ListTasksRequest, params))
+
+
 METHODS: dict[str, Handler] = {
     "SendMessage": _send_message,
     "GetTask": _get_task,
     "CancelTask": _cancel_task,
+    "ListTasks": _list_tasks,
 }
 
 

@@ -1,9 +1,11 @@
-"""The gateway's A2A methods: SendMessage, GetTask and CancelTask, translated to the application.
+"""The gateway's A2A methods: SendMessage, GetTask, CancelTask and ListTasks, translated to the application.
 
 Each method turns its wire request into one call of a ``TaskApplication`` use case (in a worker
 thread, because the store is synchronous), the use case's refusals into the A2A errors the
 specification names, and the task it returns into a wire ``Task``. The use cases themselves
-(ids, resends, retries after lost races) live in the application, not here.
+(ids, resends, retries after lost races) live in the application, not here. ListTasks reads
+the page (ids, order, count) from the current-task view (``projections.task_view``) and the
+page's tasks from the log (``TaskApplication.get_many``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,19 @@ from api.errors import (
 )
 from api.task_wire import iso_millis, task_to_wire
 from api.waiting import TaskWaiter
-from api.wire import CancelTaskRequest, GetTaskRequest, SendMessageRequest
+from api.wire import (
+    DEFAULT_PAGE_SIZE,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+)
 from domain.clock import Clock
 from domain.errors import TaskTerminalError
 from domain.skill import Skill, SkillRegistry, UnknownSkillError
 from domain.states import INTERRUPTED, TERMINAL, TaskState
 from domain.task import Task
+from projections.task_view import PageCursor, TaskQuery, TaskViewRecorder
 from store.application import TaskApplication
 from store.errors import AnswerTooLateError, ApplicationError, ConflictError, NotWaitingForInputError
 
@@ -38,9 +47,18 @@ JSON = dict[str, Any]
 DEFAULT_TENANT = "default"
 """The tenant of a request that names none."""
 
+NO_VIEW = (
+    "ListTasks is not available with LONGHAUL_STORE=memory: it is served from the current-task "
+    "view that `longhaul projector` keeps on PostgreSQL (use GetTask by id)"
+)
+
 
 class A2AService:
-    """SendMessage, GetTask and CancelTask for one task application and skill registry."""
+    """SendMessage, GetTask, CancelTask and ListTasks for one task application and skill registry.
+
+    ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
+    ListTasks answers UnsupportedOperation.
+    """
 
     def __init__(
         self,
@@ -51,8 +69,10 @@ class A2AService:
         default_skill: str,
         waiter: TaskWaiter,
         blocking_timeout_s: float = 600,
+        task_view: TaskViewRecorder | None = None,
     ) -> None:
         self._store = store
+        self._view = task_view
         self._registry = registry
         self._clock = clock
         self._default_skill = default_skill
@@ -115,6 +135,48 @@ class A2AService:
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None
         return task_to_wire(task)
+
+    async def list_tasks(self, request: ListTasksRequest) -> JSON:
+        """A page of the caller's tenant's tasks, newest status first, with the next page's token.
+
+        The view gives the page's ids, their order and the total; each task is loaded from the
+        log, and one the log shows expired (the view may trail it) is left out.
+        """
+        if self._view is None:
+            raise UnsupportedOperationError(NO_VIEW)
+        tenant = request.tenant or DEFAULT_TENANT
+        after = None
+        if request.page_token:
+            try:
+                after = PageCursor.parse(request.page_token)
+            except ValueError as error:
+                raise InvalidParamsError.with_violations(
+                    f"invalid params: pageToken: {error}", [("pageToken", str(error))]
+                ) from None
+        size = request.page_size or DEFAULT_PAGE_SIZE
+        query = TaskQuery(
+            tenant=tenant,
+            context_id=request.context_id,
+            state=None if request.status is None else str(request.status),
+            status_after=request.status_timestamp_after,
+        )
+        page = await asyncio.to_thread(self._view.page, query, size=size, after=after)
+        tasks = await asyncio.to_thread(self._store.get_many, [row.task_id for row in page.rows])
+        wire = []
+        for row in page.rows:
+            task = tasks.get(row.task_id)
+            if task is None or task.tenant != tenant or task.expired:
+                continue
+            listed = task_to_wire(task, history_length=request.history_length)
+            if not request.include_artifacts:
+                listed.pop("artifacts", None)
+            wire.append(listed)
+        return {
+            "tasks": wire,
+            "nextPageToken": page.next.token() if page.next is not None else "",
+            "pageSize": size,
+            "totalSize": page.total,
+        }
 
     # ------------------------------------------------------------------ wire in
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -152,6 +154,47 @@ class CancelTaskRequest(WireModel):
     id: StrictStr = Field(min_length=1)
     metadata: JSON | None = None
     tenant: StrictStr | None = None
+
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+UNSPECIFIED_STATE = "TASK_STATE_UNSPECIFIED"
+"""The proto's zero value of ``TaskState``: as a ListTasks filter it means no filter."""
+
+
+class ListTasksRequest(WireModel):
+    """Params of ``ListTasks``."""
+
+    tenant: StrictStr | None = None
+    context_id: StrictStr | None = None
+    status: TaskState | None = None
+    page_size: StrictInt | None = Field(default=None, ge=1, le=MAX_PAGE_SIZE)
+    page_token: StrictStr | None = None
+    history_length: StrictInt | None = Field(default=None, ge=0)
+    status_timestamp_after: datetime | None = None
+    include_artifacts: StrictBool | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _unspecified_is_no_filter(cls, value: object) -> object:
+        return None if value == UNSPECIFIED_STATE else value
+
+    @field_validator("status_timestamp_after", mode="before")
+    @classmethod
+    def _a_timestamp(cls, value: object) -> object:
+        """An RFC 3339 timestamp with an offset (``2026-03-01T09:30:00.000Z``), nothing else."""
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be an RFC 3339 timestamp string, e.g. 2026-03-01T09:30:00.000Z")
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            example = "2026-03-01T09:30:00.000Z"
+            raise ValueError(f"{value!r} is not an RFC 3339 timestamp, e.g. {example}") from None
+        if moment.utcoffset() is None:
+            raise ValueError(f"{value!r} has no time zone; end it with Z (UTC)")
+        return moment
 
 
 M = TypeVar("M", bound=WireModel)

@@ -130,6 +130,13 @@ class TestEnvelope:
         assert method in error["message"]
         assert "not" in error["message"]
 
+    async def test_list_tasks_over_a_memory_store_says_why_it_is_unsupported(self, rpc: Rpc) -> None:
+        response = await rpc("ListTasks", {})
+
+        error = error_of(response, -32004, "UNSUPPORTED_OPERATION")
+        assert "LONGHAUL_STORE=memory" in error["message"]
+        assert "longhaul projector" in error["message"]
+
     @pytest.mark.parametrize(
         "method",
         [
