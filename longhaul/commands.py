@@ -8,8 +8,10 @@ import json
 import logging
 import signal
 import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -25,7 +27,9 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
+from projections.task_view import open_view, run_projector
 from store.application import TaskApplication
+from store.config import StoreConfig
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from workers.relay import Relay, RelayUnavailableError
@@ -39,6 +43,8 @@ SERVICES_FILE = "services.json"
 STORE_POOL_SIZE = 8
 """Connections a process keeps open (plus as many again on demand). Store calls run in asyncio's
 default thread pool (a few threads), so more connections would only sit idle."""
+PROJECTOR_POOL_SIZE = 2
+"""Connections the projector's own store keeps (it reads batches of the log; the view has its own)."""
 HTTP_SHUTDOWN_GRACE_S = 5
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 
@@ -257,6 +263,34 @@ def _names(settings: Settings) -> Any:
         raise CommandError(str(error)) from error
 
 
+async def projector(settings: Settings) -> None:
+    """Keep the current-task view following the log until stopped."""
+    stop = _stop_event()
+    if settings.store == "memory":
+        raise CommandError(
+            "the projector needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process "
+            "and has no current-task view (ListTasks answers UnsupportedOperation there)"
+        )
+    store = _open_store(settings)  # opened first, so a bad URL or a newer schema fails here, clearly
+    config = store.config
+    store.close()
+    assert isinstance(config, StoreConfig)
+    await _projector(config, stop)
+
+
+async def _projector(config: StoreConfig, stop: asyncio.Event) -> None:
+    """Run the library's projection runner (``projections.task_view``) in a thread until ``stop``."""
+    halt = threading.Event()
+    small = replace(config, pool_size=PROJECTOR_POOL_SIZE, max_overflow=PROJECTOR_POOL_SIZE)
+    thread = threading.Thread(target=run_projector, args=(small, halt), name="projector", daemon=True)
+    thread.start()
+    try:
+        await stop.wait()
+    finally:
+        halt.set()
+        await asyncio.to_thread(thread.join)
+
+
 async def fake_iam(host: str, port: int) -> None:
     """Serve the fake IAM until stopped."""
     stop = _stop_event()
@@ -269,8 +303,9 @@ async def up(settings: Settings) -> None:
     """Run everything in one process until Ctrl-C or SIGTERM, then stop it all, keeping the data.
 
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
-    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper and the relay. With
-    ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL, NATS or relay.
+    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay and the
+    projector. With ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL,
+    NATS, relay or projector (and ListTasks is unsupported).
     """
     stop = _stop_event()
     in_memory = settings.store == "memory"
@@ -301,7 +336,9 @@ async def up(settings: Settings) -> None:
                     _sweeper(settings, store).run(stop),
                 ]
                 if not in_memory:
+                    assert isinstance(store.config, StoreConfig)
                     parts.append(Relay(store=store, names=wiring.nats_names(settings)).run(stop))
+                    parts.append(_projector(store.config, stop))
                 _write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
@@ -419,4 +456,17 @@ def migrate(settings: Settings) -> int:
         print(f"schema {report.schema}: migrated from version {report.found} to {report.version}")
     else:
         print(f"schema {report.schema}: at version {report.version}, nothing to apply")
+    return 0
+
+
+def projections(settings: Settings, action: str) -> int:
+    """``rebuild`` the current-task view from the log, or print its ``status`` (position and lag)."""
+    with _store_for_reading(settings, f"projections {action}") as store:
+        view = open_view(store)
+        assert view is not None
+        if action == "rebuild":
+            rebuilt = view.rebuild(store)
+            print(f"current-task view: rebuilt {rebuilt.tasks} tasks up to log position {rebuilt.position}")
+        lag = view.lag(store)
+    print(f"current-task view: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
     return 0

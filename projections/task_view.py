@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -50,6 +52,8 @@ VIEW_NAME = "longhaul_task_view"
 VIEW_TABLE = VIEW_NAME
 TRACKING_TABLE = f"{VIEW_NAME}_tracking"
 REBUILD_BATCH = 1000
+LAG_LOG_S = 60.0
+"""How often a running projector logs its lag."""
 
 _COLUMNS = (
     "task_id",
@@ -191,6 +195,16 @@ class Lag:
         return max(0, self.log_position - self.position)
 
 
+@dataclass(frozen=True)
+class Rebuilt:
+    """What a rebuild did."""
+
+    position: int
+    """The log position the rows were rebuilt to (the projector resumes after it)."""
+    tasks: int
+    """The rows written."""
+
+
 # ---------------------------------------------------------------------- the view
 
 
@@ -238,8 +252,8 @@ class TaskViewRecorder(PostgresTrackingRecorder):
             if row is not None:
                 curs.execute(self._upsert, row.values(), prepare=True)
 
-    def rebuild(self, app: TaskApplication) -> int:
-        """Recompute every row from the log, in one transaction; returns the position rebuilt to.
+    def rebuild(self, app: TaskApplication) -> Rebuilt:
+        """Recompute every row from the log, in one transaction; returns what it rebuilt.
 
         The position table is locked first (``SHARE ROW EXCLUSIVE``): a running projector waits
         at its next event, reads go on seeing the old rows until the commit. The rows are rebuilt
@@ -305,7 +319,7 @@ class TaskViewRecorder(PostgresTrackingRecorder):
             if not tracked and position > 0:
                 self._insert_tracking(curs, Tracking(app.name, position))
         log.info("rebuilt %s: %d tasks up to log position %d", self.view_table_name, len(rows), position)
-        return position
+        return Rebuilt(position=position, tasks=len(rows))
 
     # ------------------------------------------------------------------ queries
 
@@ -409,12 +423,14 @@ def projector_env(config: StoreConfig, *, pool_size: int = 2) -> dict[str, str]:
     return env
 
 
-def projection_runner(config: StoreConfig) -> ProjectionRunner[TaskApplication, TaskViewRecorder]:
-    """The library's runner of the view over the store at ``config``; it starts following at once.
+@contextlib.contextmanager
+def projection_runner(config: StoreConfig) -> Iterator[ProjectionRunner[TaskApplication, TaskViewRecorder]]:
+    """The library's runner of the view over the store at ``config``, following from the start.
 
     The runner opens its own ``TaskApplication`` (which migrates the schema) and resumes after
-    the view's recorded position. Use it as a context manager; ``run_forever`` re-raises a
-    failure of its processing thread.
+    the view's recorded position; ``run_forever`` re-raises a failure of its processing thread,
+    ``wait(position)`` waits until the view applied ``position``. On leaving, the runner is
+    stopped and the view's connection pool closed.
     """
 
     class _Application(TaskApplication):
@@ -423,30 +439,45 @@ def projection_runner(config: StoreConfig) -> ProjectionRunner[TaskApplication, 
         def __init__(self, env: Any = None) -> None:
             super().__init__(config)
 
-    return ProjectionRunner(
+    runner: ProjectionRunner[TaskApplication, TaskViewRecorder] = ProjectionRunner(
         application_class=_Application,
         projection_class=TaskViewProjection,
         view_class=TaskViewRecorder,
         env=projector_env(config),
     )
+    try:
+        with runner:
+            yield runner
+    finally:
+        runner.view.datastore.close()
 
 
-def run_projector(config: StoreConfig, stop: threading.Event, *, retry_s: float = 1.0) -> None:
+def run_projector(
+    config: StoreConfig, stop: threading.Event, *, retry_s: float = 1.0, lag_every_s: float = LAG_LOG_S
+) -> None:
     """Keep the view following the log until ``stop`` is set (blocking; run it in a thread).
 
-    A failure of the runner (the database gone, a position recorded by a rebuild the runner did
-    not know of) is logged and the runner restarted from the view's recorded position.
+    Logs the view's lag every ``lag_every_s`` seconds. A failure of the runner (the database
+    gone, a position recorded by a rebuild the runner did not know of) is logged and the runner
+    restarted from the view's recorded position.
     """
     while not stop.is_set():
         try:
             with projection_runner(config) as runner:
-                log.info(
-                    "projector following the log from position %d", runner.view.max_tracking_id(APP_NAME) or 0
-                )
-                while not stop.is_set():
+                app = runner.app
+                log.info("projector: following the log after position %d", runner.view.lag(app).position)
+                next_log = time.monotonic() + lag_every_s
+                while not stop.is_set() and not runner.is_interrupted.is_set():
                     runner.run_forever(timeout=0.2)
-                    if runner.is_interrupted.is_set():
-                        break
+                    if time.monotonic() >= next_log:
+                        lag = runner.view.lag(app)
+                        log.info(
+                            "projector: at position %d of %d (%d behind)",
+                            lag.position,
+                            lag.log_position,
+                            lag.behind,
+                        )
+                        next_log = time.monotonic() + lag_every_s
         except Exception as error:  # noqa: BLE001 - any failure: restart from the recorded position
             log.warning("projector stopped (%r); restarting in %.1fs", error, retry_s)
             stop.wait(retry_s)

@@ -1,0 +1,85 @@
+"""``longhaul projector`` and ``longhaul projections rebuild|status`` on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+from longhaul import commands
+from longhaul.cli import main
+from projections.task_view import open_view
+from store.application import TaskApplication
+from store.config import StoreConfig
+from tests.api.support import Advance, FakeClock, make_registry, user_message
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
+) -> Any:
+    """``cli(*args)`` runs ``longhaul`` on this test's schema: ``(exit code, stdout, stderr)``."""
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def make_tasks(store: TaskApplication, n: int = 3) -> None:
+    clock = FakeClock()
+    skill = make_registry().newest("echo")
+    for _ in range(n):
+        task = store.submit(tenant="default", message=user_message(), skill=skill, clock=clock)
+        Advance(store, clock).complete(task.id)
+
+
+def log_position(store: TaskApplication) -> int:
+    return store.recorder.max_notification_id() or 0
+
+
+def test_status_shows_the_lag_and_rebuild_removes_it(cli: Any, postgres_store: TaskApplication) -> None:
+    make_tasks(postgres_store)
+    end = log_position(postgres_store)
+
+    code, out, _ = cli("projections", "status")
+    assert (code, out) == (0, f"current-task view: at log position 0 of {end} ({end} behind)\n")
+
+    code, out, _ = cli("projections", "rebuild")
+    assert code == 0
+    assert out.splitlines() == [
+        f"current-task view: rebuilt 3 tasks up to log position {end}",
+        f"current-task view: at log position {end} of {end} (0 behind)",
+    ]
+
+
+async def test_the_projector_follows_the_log_until_stopped(
+    store_config: StoreConfig, postgres_store: TaskApplication
+) -> None:
+    view = open_view(postgres_store)
+    assert view is not None
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(commands._projector(store_config, stop))
+    try:
+        await asyncio.to_thread(make_tasks, postgres_store, 4)
+        await asyncio.to_thread(view.wait, postgres_store.name, log_position(postgres_store), 20)
+        assert view.lag(postgres_store).behind == 0
+        assert len(view.rows()) == 4
+    finally:
+        stop.set()
+        await running
+
+
+def test_the_projection_commands_refuse_a_memory_store(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LONGHAUL_STORE", "memory")
+    code, _, err = cli("projections", "rebuild")
+    assert code == 1
+    assert "LONGHAUL_STORE=postgres" in err
