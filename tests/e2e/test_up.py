@@ -80,6 +80,12 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
         fetched = rpc(base, "GetTask", {"id": task["id"]})["result"]
         assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"  # type: ignore[index]
         assert fetched["artifacts"] == task["artifacts"]  # type: ignore[index]
+        # up runs the projector: ListTasks lists the task from the current-task view.
+        deadline = time.monotonic() + AGENT_CARD_WITHIN_S
+        while (listed := rpc(base, "ListTasks", {})["result"])["totalSize"] == 0:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the projector never listed the task"
+            time.sleep(0.1)
+        assert [t["id"] for t in listed["tasks"]] == [task["id"]]  # type: ignore[index]
     finally:
         assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False)

@@ -224,6 +224,55 @@ def test_a_rebuild_before_any_projector_records_the_position_it_reached(
     assert_view_equals_the_aggregates(postgres_store, view, ids)
 
 
+def test_every_kind_of_event_moves_the_row_as_it_moves_the_aggregate(
+    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock, projector: Any
+) -> None:
+    store, advance = postgres_store, Advance(postgres_store, clock)
+    ids = [submit(store, clock) for _ in range(5)]
+
+    def step(task_id: UUID, command: Any) -> None:
+        clock.advance(timedelta(seconds=1))
+        task = store.get(task_id)
+        if task.lease_owner is None:
+            task.grant_lease(worker="w", now=clock(), until=clock() + timedelta(hours=1))
+            clock.advance(timedelta(seconds=1))
+        command(task, task.lease_epoch, clock())
+        store.save_tasks(task)
+
+    agent = {"role": "ROLE_AGENT", "parts": [{"text": "…"}]}
+    step(ids[0], lambda t, e, now: t.report_progress(epoch=e, now=now, message=agent))
+    step(ids[0], lambda t, e, now: t.record_effect(epoch=e, now=now, key="k", result=1))
+    step(ids[0], lambda t, e, now: t.extend_lease(epoch=e, now=now, until=now + timedelta(hours=2)))
+    step(ids[0], lambda t, e, now: t.release_lease(epoch=e, now=now, reason="drain"))
+    step(ids[1], lambda t, e, now: t.fail(epoch=e, now=now, reason="no", message=agent))
+    step(ids[2], lambda t, e, now: t.reject(epoch=e, now=now, reason="no", message=agent))
+    question = {"messageId": "q", "role": "ROLE_AGENT", "parts": [{"text": "key?"}]}
+    step(
+        ids[3],
+        lambda t, e, now: t.request_input(
+            epoch=e,
+            now=now,
+            step=0,
+            checkpoint={},
+            question=question,
+            deadline=now + timedelta(days=1),
+            auth=True,
+        ),
+    )
+    clock.advance(timedelta(days=2))
+    store.end_pause(ids[3], clock=clock)
+    config = {"id": "hook", "url": "https://example.invalid/hook"}
+    store.set_push_config(ids[4], tenant="default", config=config, clock=clock)
+    store.remove_push_config(ids[4], tenant="default", config_id="hook", clock=clock)
+    advance.expire(ids[4])
+
+    projector.wait(log_position(store), timeout=WAIT_S)
+    assert_view_equals_the_aggregates(store, view, ids)
+    live = view.rows()
+    view.rebuild(store)
+    assert view.rows() == live
+
+
 def test_pages_are_newest_first_tenant_walled_and_filtered(
     postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
 ) -> None:
