@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from uuid import UUID
@@ -60,12 +61,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
-        return _dispatch(args, settings)
+        code = _dispatch(args, settings)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
+    except BrokenPipeError:
+        return _reader_went_away()
     except (commands.CommandError, wiring.ConfigurationError) as error:
         print(f"longhaul: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    return code
+
+
+SIGPIPE_EXIT = 141
+"""The status a shell reports for a writer its pipe's reader left (128 + SIGPIPE)."""
+
+
+def _reader_went_away() -> int:
+    """Stop quietly when stdout's reader closed the pipe (``longhaul history ID | head -1``).
+
+    Python ignores SIGPIPE, so the write raised instead; stdout is pointed at /dev/null so that
+    the interpreter's last flush at exit does not raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
