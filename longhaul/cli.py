@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from longhaul import commands, wiring
-from longhaul.settings import Settings
+from longhaul.settings import Settings, unknown_variables
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    for warning in unknown_variables(os.environ):
+        logging.getLogger("longhaul").warning("%s", warning)
     try:
         code = _dispatch(args, settings)
         sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
