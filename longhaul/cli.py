@@ -13,7 +13,7 @@ from uuid import UUID
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from longhaul import commands, wiring
+from longhaul import cli_help, commands, wiring
 from longhaul.settings import Settings, unknown_variables
 
 
@@ -31,13 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
     iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
-    iam.add_argument("--host", default="127.0.0.1")
-    iam.add_argument("--port", type=int, default=8090)
+    iam.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    iam.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
     history = sub.add_parser("history", help="print every event of a task, in order")
-    history.add_argument("task_id", type=UUID, metavar="TASK_ID")
+    history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
+    cli_help.describe_main(parser)
+    for name, command in sub.choices.items():
+        cli_help.describe(name, command)
     return parser
 
 
