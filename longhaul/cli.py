@@ -13,8 +13,10 @@ from uuid import UUID
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from longhaul import cli_help, commands, wiring
+from longhaul import cli_help, commands, logs, wiring
 from longhaul.settings import Settings, unknown_variables
+
+log = logging.getLogger("longhaul")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,8 +49,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``longhaul`` console script."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per skill HTTP call is noise
     try:
         settings = Settings()
     except ValidationError as error:
@@ -63,15 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    logs.configure(settings.log_format)
     for warning in unknown_variables(os.environ):
-        logging.getLogger("longhaul").warning("%s", warning)
+        log.warning("%s", warning)
     try:
         code = _dispatch(args, settings)
         sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
     except BrokenPipeError:
         return _reader_went_away()
     except (commands.CommandError, wiring.ConfigurationError) as error:
-        print(f"longhaul: {error}", file=sys.stderr)
+        if settings.log_format == "json":  # a log collector reads stderr: keep it JSON lines
+            log.error("%s", error)
+        else:
+            print(f"longhaul: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -25,7 +25,7 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " access-review skill. It logs 'longhaul is up: <agent card URL>' when it serves. Two `up`s"
             " cannot share one data directory."
         ),
-        ("store", "database_url", "nats_url", "iam_url", "data_dir", "host", "port"),
+        ("store", "database_url", "nats_url", "iam_url", "data_dir", "host", "port", "log_format"),
     ),
     "gateway": (
         (

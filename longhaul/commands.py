@@ -87,7 +87,11 @@ def _listen(host: str, port: int) -> socket.socket:
 async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
     """Serve ``app`` on ``sock`` until ``stop``; in-flight requests get a short grace period."""
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S
+        app,
+        log_level="warning",
+        log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
+        access_log=False,
+        timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
     )
     server = _QuietServer(config)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))

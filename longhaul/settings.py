@@ -66,6 +66,10 @@ class Settings(BaseSettings):
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )
     retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines on stderr: text (for people), or json (one JSON object per line).",
+    )
 
     @field_validator("database_url")
     @classmethod
