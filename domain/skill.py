@@ -48,17 +48,28 @@ class StepContext(Protocol):
         """
         ...
 
-    async def commit(self, checkpoint: JSON) -> None:
-        """Save ``checkpoint`` mid-step (a sub-step commit); also renews the lease."""
+    async def commit(self, checkpoint: JSON, *, progress: str | None = None) -> None:
+        """Save ``checkpoint`` mid-step (a sub-step commit); also renews the lease.
+
+        With ``progress``, a progress message (as ``progress()`` commits it) is part of the same
+        commit: a step that saves a checkpoint per item reports how far it got at no extra cost.
+        """
         ...
 
     async def emit_artifact(
-        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
+        self,
+        artifact: JSON,
+        *,
+        append: bool = False,
+        last_chunk: bool = True,
+        checkpoint: JSON | None = None,
+        progress: str | None = None,
     ) -> None:
         """Commit an artifact (A2A shape), or one chunk of it with ``append=True``.
 
         With ``checkpoint``, the chunk and the new checkpoint are one commit: a step that emits
-        chunk by chunk resumes after the last chunk it committed and never sends one twice.
+        chunk by chunk resumes after the last chunk it committed and never sends one twice. With
+        ``progress``, a progress message is part of that commit too.
         """
         ...
 

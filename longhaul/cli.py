@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from uuid import UUID
@@ -12,8 +13,10 @@ from uuid import UUID
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from longhaul import commands, wiring
-from longhaul.settings import Settings
+from longhaul import cli_help, commands, logs, wiring
+from longhaul.settings import Settings, unknown_variables
+
+log = logging.getLogger("longhaul")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,25 +36,28 @@ def _parser() -> argparse.ArgumentParser:
     projections = sub.add_parser(
         "projections", help="the read models: rebuild the current-task view, or show its lag"
     )
-    actions = projections.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = projections.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="rebuild or status"
+    )
     actions.add_parser("rebuild", help="rebuild the current-task view from the log (the service may run)")
     actions.add_parser("status", help="the current-task view's position in the log, and how far it trails")
     iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
-    iam.add_argument("--host", default="127.0.0.1")
-    iam.add_argument("--port", type=int, default=8090)
+    iam.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    iam.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
     history = sub.add_parser("history", help="print every event of a task, in order")
-    history.add_argument("task_id", type=UUID, metavar="TASK_ID")
+    history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
+    cli_help.describe_main(parser)
+    for name, command in sub.choices.items():
+        cli_help.describe(name, command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``longhaul`` console script."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per skill HTTP call is noise
     try:
         settings = Settings()
     except ValidationError as error:
@@ -66,13 +72,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    logs.configure(settings.log_format)
+    for warning in unknown_variables(os.environ):
+        log.warning("%s", warning)
     try:
-        return _dispatch(args, settings)
+        code = _dispatch(args, settings)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
+    except BrokenPipeError:
+        return _reader_went_away()
     except (commands.CommandError, wiring.ConfigurationError) as error:
-        print(f"longhaul: {error}", file=sys.stderr)
+        if settings.log_format == "json":  # a log collector reads stderr: keep it JSON lines
+            log.error("%s", error)
+        else:
+            print(f"longhaul: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    return code
+
+
+SIGPIPE_EXIT = 141
+"""The status a shell reports for a writer its pipe's reader left (128 + SIGPIPE)."""
+
+
+def _reader_went_away() -> int:
+    """Stop quietly when stdout's reader closed the pipe (``longhaul history ID | head -1``).
+
+    Python ignores SIGPIPE, so the write raised instead; stdout is pointed at /dev/null so that
+    the interpreter's last flush at exit does not raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:

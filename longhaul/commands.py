@@ -14,17 +14,20 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import nats
+import psycopg
 import uvicorn
+from eventsourcing.persistence import OperationalError as StoreOperationalError
 
 from api.app import create_app
 from api.waiting import NatsWaiter
 from domain.clock import Clock
 from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
-from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
+from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
 from projections.task_view import open_view, run_projector
@@ -90,7 +93,11 @@ def _listen(host: str, port: int) -> socket.socket:
 async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
     """Serve ``app`` on ``sock`` until ``stop``; in-flight requests get a short grace period."""
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S
+        app,
+        log_level="warning",
+        log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
+        access_log=False,
+        timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
     )
     server = _QuietServer(config)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -142,6 +149,24 @@ def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
         return wiring.build_store(settings, pool_size=pool_size)
     except (wiring.ConfigurationError, SchemaTooNewError) as error:
         raise CommandError(str(error)) from error
+    except (psycopg.OperationalError, StoreOperationalError) as error:
+        url = _without_password(settings.database_url or "")
+        raise CommandError(
+            f"cannot use PostgreSQL at {url}: {_first_line(error)} (check LONGHAUL_DATABASE_URL)"
+        ) from error
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def _first_line(error: Exception) -> str:
+    """The gist of a driver error: its first line, without psycopg's "connection failed: " prefix."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return lines[0].removeprefix("connection failed: ")
 
 
 async def _run_all(
@@ -357,15 +382,27 @@ def _with_embedded_services(settings: Settings, services: ExitStack, *, nats: bo
     update: dict[str, Any] = {}
     if settings.database_url is None:
         postgres = EmbeddedPostgres(settings.data_dir)
-        update["database_url"] = postgres.start()
+        update["database_url"] = _start_embedded(postgres, "PostgreSQL")
         services.callback(postgres.stop)
         log.info("embedded PostgreSQL at %s (data in %s)", update["database_url"], settings.data_dir)
     if nats and settings.nats_url is None:
         server = EmbeddedNats(settings.data_dir)
-        update["nats_url"] = server.start()
+        update["nats_url"] = _start_embedded(server, "NATS")
         services.callback(server.stop)
         log.info("embedded NATS at %s", update["nats_url"])
     return settings.model_copy(update=update) if update else settings
+
+
+def _start_embedded(service: EmbeddedPostgres | EmbeddedNats, name: str) -> str:
+    try:
+        return service.start()
+    except DataInUseError as error:
+        raise CommandError(
+            f"the embedded {name}'s data in {service.base} is in use by another process "
+            "(another `longhaul up` with this LONGHAUL_DATA_DIR?); stop it, or set another LONGHAUL_DATA_DIR"
+        ) from error
+    except EmbeddedError as error:
+        raise CommandError(f"the embedded {name} did not start: {error}") from error
 
 
 def _write_services_file(settings: Settings, url: str) -> None:

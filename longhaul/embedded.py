@@ -48,7 +48,14 @@ import psutil
 import psycopg
 from psycopg import sql
 
-__all__ = ["EmbeddedError", "EmbeddedNats", "EmbeddedPostgres", "nats_server_binary", "postgres_bin_dir"]
+__all__ = [
+    "DataInUseError",
+    "EmbeddedError",
+    "EmbeddedNats",
+    "EmbeddedPostgres",
+    "nats_server_binary",
+    "postgres_bin_dir",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,10 @@ _LOG_TAIL = 3000
 
 class EmbeddedError(RuntimeError):
     """An embedded server could not be started (the message includes its log's tail)."""
+
+
+class DataInUseError(EmbeddedError):
+    """Another live process holds the lock on the service's data (another ``longhaul up``, say)."""
 
 
 def postgres_bin_dir() -> Path:
@@ -212,7 +223,7 @@ class _Service:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.close()
-            raise EmbeddedError(
+            raise DataInUseError(
                 f"{self.base} is in use by another running process (it holds {self.base / 'lock'})"
             ) from None
         self._lock = lock

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -9,11 +11,14 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+PREFIX = "LONGHAUL_"
+"""Every setting is ``PREFIX + field name``, upper case, in the environment."""
+
 
 class Settings(BaseSettings):
     """Every knob an operator can turn. Each field is ``LONGHAUL_<NAME>`` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="LONGHAUL_", extra="ignore", validate_default=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", validate_default=True)
 
     store: Literal["postgres", "memory"] = Field(
         default="postgres",
@@ -61,6 +66,10 @@ class Settings(BaseSettings):
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )
     retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines on stderr: text (for people), or json (one JSON object per line).",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -102,3 +111,30 @@ class Settings(BaseSettings):
         if value <= timedelta(0):
             raise ValueError("must be positive (seconds, or an ISO 8601 duration such as P7D)")
         return value
+
+
+NOT_SETTINGS = frozenset({"LONGHAUL_TEST_DATABASE_URL", "LONGHAUL_TEST_NATS_URL"})
+"""``LONGHAUL_*`` variables that are no settings but are read elsewhere (the test suite's servers)."""
+
+
+def variable_names() -> list[str]:
+    """The environment variable of every setting: ``LONGHAUL_<FIELD>``."""
+    return [f"{PREFIX}{name}".upper() for name in Settings.model_fields]
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``LONGHAUL_*`` variable of ``environ`` that is no setting (a misspelling, say).
+
+    Each names the variable and, when one is close, the setting it was probably meant to be.
+    """
+    known = variable_names()
+    warnings = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(PREFIX) or upper in known or upper in NOT_SETTINGS:
+            continue
+        # Compared without the prefix they share: it would make every name look close.
+        close = difflib.get_close_matches(upper[len(PREFIX) :], [k[len(PREFIX) :] for k in known], 1, 0.75)
+        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings

@@ -218,6 +218,7 @@ class TaskApplication(Application[UUID]):
             self.save_tasks(task)
         except ConflictError:
             return self._resent(self.get(task_id), tenant=tenant, message=message)
+        _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, tenant)
         return task
 
     def get_visible(self, task_id: UUID, *, tenant: str) -> Task:
@@ -263,7 +264,9 @@ class TaskApplication(Application[UUID]):
             except PauseDeadlinePassedError:
                 raise AnswerTooLateError(task.id, task.pause_deadline) from None
 
-        return self._run(receive, task_id, tenant=tenant, clock=clock)
+        task = self._run(receive, task_id, tenant=tenant, clock=clock)
+        _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
+        return task
 
     def cancel(self, task_id: UUID, *, tenant: str, clock: Clock) -> Task:
         """Cancel a task that has not ended; the worker holding it is fenced out.
@@ -276,7 +279,9 @@ class TaskApplication(Application[UUID]):
         def cancel(task: Task, now: datetime) -> None:
             task.cancel(now=now, reason=CANCEL_REASON, message=agent_message(task, CANCEL_TEXT))
 
-        return self._run(cancel, task_id, tenant=tenant, clock=clock)
+        task = self._run(cancel, task_id, tenant=tenant, clock=clock)
+        _lifecycle(task, "finished: %s (%s)", task.state, CANCEL_REASON)
+        return task
 
     def set_push_config(self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock) -> Task:
         """Register or replace a push notification config (``config['id']`` is its key)."""
@@ -311,9 +316,11 @@ class TaskApplication(Application[UUID]):
             text = f"No {kind} arrived before the deadline {deadline.isoformat()}; the task stopped waiting."
             task.expire_pause(now=now, message=agent_message(task, text))
 
-        return run_with_retries(
+        task = run_with_retries(
             expire_pause, load=functools.partial(self.get, task_id), save=self.save_tasks, clock=clock
         )
+        _lifecycle(task, "finished: %s (no answer before the pause's deadline)", task.state)
+        return task
 
     def expire(self, task_id: UUID, *, retention: timedelta, clock: Clock) -> Task:
         """Mark a terminal task as past ``retention``: from now on it answers TaskNotFound.
@@ -337,8 +344,21 @@ class TaskApplication(Application[UUID]):
         Never retried: a lost race (``ConflictError``) or a refusal (``DomainError``) means
         another worker or a client got there first, and the worker moves on.
         """
+        # A lease still recorded at a claim has expired (a valid one refuses the claim): its holder
+        # neither released it nor paused nor ended the task; it was killed, say.
+        previous, previous_until = task.lease_owner, task.lease_until
         epoch = task.grant_lease(worker=worker, now=now, until=until)
         await save(task)
+        if previous is None:
+            _lifecycle(task, "claimed by %s at epoch %d", worker, epoch, worker=worker, epoch=epoch)
+        else:
+            _lifecycle(
+                task,
+                "claimed by %s at epoch %d: take-over after an expired lease of %s (epoch %d, ended %s)",
+                *(worker, epoch, previous, epoch - 1, previous_until.isoformat() if previous_until else "?"),
+                worker=worker,
+                epoch=epoch,
+            )
         return epoch
 
     async def commit_leased(self, task: Task, command: Command, *, clock: Clock, save: AsyncSave) -> Task:
@@ -350,13 +370,17 @@ class TaskApplication(Application[UUID]):
         Returns:
             The saved task (a reloaded copy if a race was lost).
         """
-        return await run_with_retries_async(
+        before = task.state
+        saved = await run_with_retries_async(
             command,
             task=task,
             load=functools.partial(asyncio.to_thread, self.get, task.id),
             save=save,
             clock=clock,
         )
+        if saved.state != before:
+            _log_step_outcome(saved)
+        return saved
 
     # ------------------------------------------------------------------ helpers
 
@@ -385,6 +409,20 @@ class TaskApplication(Application[UUID]):
                 f"{task.context_id!r}, not {context_id!r}"
             )
         return task
+
+
+def _lifecycle(task: Task, text: str, *args: object, **fields: object) -> None:
+    """One INFO line for a step of a task's life: ``task <id> <text>``, with ``task_id`` for JSON logs."""
+    log.info("task %s " + text, task.id, *args, extra={"task_id": str(task.id), **fields})
+
+
+def _log_step_outcome(task: Task) -> None:
+    """The line for a worker's commit that paused or ended ``task``."""
+    if task.state in (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED):
+        deadline = task.pause_deadline.isoformat() if task.pause is not None else "?"
+        _lifecycle(task, "paused: %s until %s", task.state, deadline)
+    elif task.is_terminal:
+        _lifecycle(task, "finished: %s", task.state)
 
 
 def task_id_for(tenant: str, message_id: str) -> UUID:

@@ -75,8 +75,8 @@ class DurableStepContext:
         self._stop_if_draining()
         return result
 
-    async def commit(self, checkpoint: JSON) -> None:
-        """Save ``checkpoint`` mid-step."""
+    async def commit(self, checkpoint: JSON, *, progress: str | None = None) -> None:
+        """Save ``checkpoint`` mid-step; with ``progress``, a progress message in the same commit."""
         saved = copy.deepcopy(checkpoint)
 
         def save(task: Task, now: datetime) -> None:
@@ -87,15 +87,23 @@ class DurableStepContext:
                 checkpoint=saved,
                 lease_until=self._lease.lease_until(now),
             )
+            if progress is not None:
+                self._report(task, now, progress)
 
         await self._lease.commit(save)
         self._checkpoint = copy.deepcopy(checkpoint)
         self._stop_if_draining()
 
     async def emit_artifact(
-        self, artifact: JSON, *, append: bool = False, last_chunk: bool = True, checkpoint: JSON | None = None
+        self,
+        artifact: JSON,
+        *,
+        append: bool = False,
+        last_chunk: bool = True,
+        checkpoint: JSON | None = None,
+        progress: str | None = None,
     ) -> None:
-        """Commit an artifact or one chunk of it; with ``checkpoint``, in the same commit."""
+        """Commit an artifact or one chunk of it; ``checkpoint`` and ``progress`` in the same commit."""
         chunk = copy.deepcopy(artifact)
         saved = copy.deepcopy(checkpoint) if checkpoint is not None else None
 
@@ -111,6 +119,8 @@ class DurableStepContext:
                     checkpoint=saved,
                     lease_until=self._lease.lease_until(now),
                 )
+            if progress is not None:
+                self._report(task, now, progress)
 
         await self._lease.commit(emit)
         if checkpoint is not None:
@@ -121,10 +131,13 @@ class DurableStepContext:
         """Commit a progress status message."""
 
         def report(task: Task, now: datetime) -> None:
-            task.report_progress(epoch=self._lease.epoch, now=now, message=agent_message(task, text))
+            self._report(task, now, text)
 
         await self._lease.commit(report)
         self._stop_if_draining()
+
+    def _report(self, task: Task, now: datetime, text: str) -> None:
+        task.report_progress(epoch=self._lease.epoch, now=now, message=agent_message(task, text))
 
     def _stop_if_draining(self) -> None:
         """On shutdown, a commit is where a running step stops: everything before it is saved."""

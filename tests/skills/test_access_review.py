@@ -153,16 +153,19 @@ async def test_fetch_grants_commits_once_per_system(kit: SkillKit, iam_calls: ht
 
     await kit.run(task_id)  # plan, fetch_grants, analyse, then the approval question
 
-    # plan; one checkpoint per system but the last; fetch_grants; analyse; the question
+    # plan; one checkpoint (with its progress message) per system but the last; fetch_grants;
+    # analyse; the question
     assert kit.commits(task_id) == [
         STEP_DONE,
-        *[["CheckpointSaved"]] * 5,
+        *[["CheckpointSaved", "ProgressReported"]] * 5,
         STEP_DONE,
         STEP_DONE,
         ["InputRequested"],
     ]
     checkpoints = [e.checkpoint for e in kit.events(task_id, Task.CheckpointSaved)]
     assert [c["fetched"] for c in checkpoints] == [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 5]]
+    progress = [message_text(e.message) for e in kit.events(task_id, Task.ProgressReported)]
+    assert progress == [f"Fetched the grants of {n} of 6 systems." for n in range(1, 6)]
     fetched = kit.events(task_id, Task.StepCompleted)[1]  # system 6 travels in the step's own commit
     assert fetched.step == 1
     assert fetched.checkpoint["fetched"] == [1, 2, 3, 4, 5, 6]

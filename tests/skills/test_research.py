@@ -19,7 +19,7 @@ from longhaul.testing import SkillKit, artifact_text, message_text
 from workers.skills.research import QUESTION, RESEARCH, mask
 
 API_KEY = "sk-live-0123456789abcdef"
-CHUNK = ["ArtifactChunkAppended", "CheckpointSaved"]
+CHUNK = ["ArtifactChunkAppended", "CheckpointSaved", "ProgressReported"]
 """One commit of ``write_report``: a chunk and the count emitted, together."""
 
 
@@ -68,8 +68,10 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit)
         (True, True),
     ]
     assert all(e.artifact["artifactId"] == "report" for e in emitted)
-    # the question, 5 chunks (each with its count), the end
+    # the question, 5 chunks (each with its count and a progress message), the end
     assert kit.commits(task_id) == [["InputRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
+    progress = [message_text(e.message) for e in kit.events(task_id, Task.ProgressReported)]
+    assert progress == [f"Wrote chunk {n} of 5 of the report." for n in range(1, 6)]
     report = artifact_text(task, "report")
     assert report.startswith("# Research report: Analyze ACME pricing")
     assert "## Finding 5" in report

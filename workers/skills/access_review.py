@@ -198,7 +198,11 @@ class AccessReview:
         return Continue({"plan": plan, "fetched": [], "grants": []})
 
     async def fetch_grants(self, ctx: StepContext) -> StepOutcome:
-        """Fetch each system's grants, one commit per system, from the first unfinished one."""
+        """Fetch each system's grants, one commit per system, from the first unfinished one.
+
+        Each system's commit carries a progress message (``Fetched the grants of 3 of 40
+        systems.``), so a long review shows how far it got without a commit of its own.
+        """
         checkpoint = ctx.checkpoint
         plan = checkpoint["plan"]
         fetched: list[int] = list(checkpoint.get("fetched", []))
@@ -215,7 +219,8 @@ class AccessReview:
                 fetched = [*fetched, n]
                 checkpoint = {**checkpoint, "fetched": fetched, "grants": grants}
                 if n != todo[-1]:  # the last system's commit is the step's own
-                    await ctx.commit(checkpoint)
+                    progress = f"Fetched the grants of {len(fetched)} of {plan['systems']} systems."
+                    await ctx.commit(checkpoint, progress=progress)
         return Continue(checkpoint)
 
     async def analyse(self, ctx: StepContext) -> StepOutcome:

@@ -95,7 +95,11 @@ async def write_report(ctx: StepContext) -> StepOutcome:
         }
         checkpoint = {**checkpoint, "emitted": index + 1}
         await ctx.emit_artifact(
-            artifact, append=index > 0, last_chunk=index == count - 1, checkpoint=checkpoint
+            artifact,
+            append=index > 0,
+            last_chunk=index == count - 1,
+            checkpoint=checkpoint,
+            progress=f"Wrote chunk {index + 1} of {count} of the report.",
         )
     return Complete(message=f"Research report ready ({count} chunks).")
 

@@ -1,0 +1,172 @@
+"""The ``--help`` text of each ``longhaul`` command: what it does, and the settings it reads most.
+
+The settings part is built from the field descriptions of ``longhaul.settings.Settings``, so it
+says what the settings table of ``docs/operations.md`` says (both are checked against the code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from datetime import timedelta
+
+from longhaul.settings import PREFIX, Settings
+
+WIDTH = 88
+
+DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "up": (
+        (
+            "Run everything in one process: the gateway, one worker, the sweeper and the relay, until"
+            " Ctrl-C or SIGTERM, then stop them all (running steps drain first) and keep the data.\n"
+            "With no LONGHAUL_DATABASE_URL / LONGHAUL_NATS_URL it starts an embedded PostgreSQL and NATS"
+            " with their data in LONGHAUL_DATA_DIR; with no LONGHAUL_IAM_URL a fake IAM for the"
+            " access-review skill. It logs 'longhaul is up: <agent card URL>' when it serves. Two `up`s"
+            " cannot share one data directory."
+        ),
+        ("store", "database_url", "nats_url", "iam_url", "data_dir", "host", "port", "log_format"),
+    ),
+    "gateway": (
+        (
+            "Serve A2A 1.0 over HTTP until stopped: JSON-RPC at /a2a/jsonrpc and the agent card at"
+            " /.well-known/agent-card.json. Stateless: run any number behind a load balancer. Without NATS"
+            " it serves anyway, and blocking calls poll the log."
+        ),
+        ("database_url", "host", "port", "public_url", "nats_url", "default_skill", "skill_modules"),
+    ),
+    "worker": (
+        (
+            "Claim runnable tasks under a lease and run their steps until stopped. On SIGTERM it stops"
+            " claiming, lets running steps reach their next commit and releases its leases. It refuses to"
+            " start when live tasks need a skill version this release lacks (see `longhaul skills`)."
+        ),
+        (
+            "database_url",
+            "lease_seconds",
+            "worker_concurrency",
+            "worker_grace_seconds",
+            "iam_url",
+            "skill_modules",
+            "max_pause",
+        ),
+    ),
+    "sweeper": (
+        (
+            "End pauses (input or auth required) past their deadline, and expire terminal tasks past"
+            " their retention, until stopped. One is enough; more are harmless."
+        ),
+        ("database_url", "sweep_interval_seconds", "retention"),
+    ),
+    "relay": (
+        (
+            "Publish every committed event to NATS JetStream, in commit order, until stopped. One relay"
+            " leads (it holds a PostgreSQL advisory lock); others wait as standbys and take over within"
+            " about a second."
+        ),
+        ("database_url", "nats_url", "nats_stream", "nats_subject_prefix"),
+    ),
+    "projector": (
+        (
+            "Keep the current-task view (what ListTasks reads) following the log until stopped, with"
+            " exactly-once tracking: each view row and the log position it reflects are one"
+            " transaction. After a failure it starts again from the recorded position. Not with"
+            " LONGHAUL_STORE=memory."
+        ),
+        ("database_url", "database_schema"),
+    ),
+    "projections": (
+        (
+            "The read models. `rebuild` recomputes the current-task view from the log while the"
+            " service runs (a running projector waits, then carries on); `status` prints the view's"
+            " log position and how far it trails the log."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
+    "fake-iam": (
+        (
+            "Serve the fake IAM service the access-review skill calls, until stopped. A demo service for"
+            " development (longhaul/demo/fake_iam.py), not for production; `up` starts one by itself."
+        ),
+        (),
+    ),
+    "history": (
+        (
+            "Print every event of a task, in order: version, time, type and body (--json: one JSON"
+            " object per line). Reads the database at LONGHAUL_DATABASE_URL; unset, that of a running"
+            " `longhaul up` in LONGHAUL_DATA_DIR, else it starts the embedded PostgreSQL for the command."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
+    "skills": (
+        (
+            "List every skill version with its live task count and drain status: 'newest', 'draining',"
+            " 'drained: can be removed' or 'MISSING from this release'. Finds the database as `history`"
+            " does."
+        ),
+        ("database_url", "database_schema", "skill_modules", "data_dir"),
+    ),
+    "migrate": (
+        (
+            "Apply pending schema migrations and print each one applied and the schema's version."
+            " Opening the store migrates too, so this is for doing it on demand. Finds the database as"
+            " `history` does."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
+}
+"""Per command: its description (paragraphs split by newlines), then the settings it reads most."""
+
+MAIN_EPILOG = (
+    "Every setting is a LONGHAUL_* environment variable (`longhaul COMMAND --help` names those a"
+    " command reads most; docs/operations.md lists them all). Exit status: 0 after a normal stop, 1"
+    " when a command cannot run, 2 for invalid settings."
+)
+
+
+def _fill(text: str) -> str:
+    return "\n\n".join(textwrap.fill(paragraph, WIDTH) for paragraph in text.split("\n"))
+
+
+def _settings_text(names: tuple[str, ...]) -> str:
+    lines = ["settings it reads most:"]
+    for name in names:
+        field = Settings.model_fields[name]
+        default = field.get_default(call_default_factory=True)
+        shown = _shown(default)
+        text = f"{PREFIX}{name.upper()}  {field.description} (default: {shown})"
+        lines.append(textwrap.fill(text, WIDTH, initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def _shown(value: object) -> str:
+    """A default the way the docs write it: ``unset``, ``30``, ``P7D``, ``[]``."""
+    if value is None:
+        return "unset"
+    if isinstance(value, timedelta):
+        days, seconds = divmod(value.total_seconds(), 86400)
+        return f"P{days:g}D" if not seconds else f"PT{value.total_seconds():g}S"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
+
+
+def describe(name: str, parser: argparse.ArgumentParser) -> None:
+    """Give the subcommand ``name``'s ``parser`` its description and an epilog naming its settings.
+
+    A command missing from ``DESCRIPTIONS`` keeps its own (``tests/cli`` requires one).
+    """
+    if name not in DESCRIPTIONS:
+        return
+    description, settings = DESCRIPTIONS[name]
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = _fill(description)
+    parser.epilog = _settings_text(settings) if settings else None
+
+
+def describe_main(parser: argparse.ArgumentParser) -> None:
+    """Give the top-level parser its epilog."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _fill(MAIN_EPILOG)
