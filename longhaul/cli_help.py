@@ -56,7 +56,7 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "End pauses (input or auth required) past their deadline, and expire terminal tasks past"
             " their retention, until stopped. One is enough; more are harmless."
         ),
-        ("database_url", "sweep_interval_seconds", "retention"),
+        ("database_url", "sweep_interval_seconds", "retention", "retention_overrides"),
     ),
     "relay": (
         (

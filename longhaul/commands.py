@@ -253,7 +253,7 @@ def _sweeper(settings: Settings, store: TaskApplication) -> Sweeper:
     return Sweeper(
         store=store,
         clock=wiring.system_clock(settings),
-        retention=settings.retention,
+        retention=wiring.retention_policy(settings),
         interval=settings.sweep_interval_seconds,
     )
 

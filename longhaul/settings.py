@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from store.retention import parse_key
+
 PREFIX = "LONGHAUL_"
 """Every setting is ``PREFIX + field name``, upper case, in the environment."""
 
@@ -66,6 +68,13 @@ class Settings(BaseSettings):
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )
     retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
+    retention_overrides: dict[str, timedelta] = Field(
+        default_factory=dict,
+        description=(
+            'Retention per tenant or skill (JSON object): {"tenant:acme": "P90D", "skill:research": "P1D",'
+            ' "tenant:acme,skill:research": "P7D"}; the most specific key wins.'
+        ),
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
@@ -110,6 +119,15 @@ class Settings(BaseSettings):
     def _check_positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("must be positive (seconds, or an ISO 8601 duration such as P7D)")
+        return value
+
+    @field_validator("retention_overrides")
+    @classmethod
+    def _check_overrides(cls, value: dict[str, timedelta]) -> dict[str, timedelta]:
+        for key, retention in value.items():
+            parse_key(key)
+            if retention <= timedelta(0):
+                raise ValueError(f"{key!r} must be positive (an ISO 8601 duration such as P90D)")
         return value
 
 

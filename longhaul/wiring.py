@@ -14,6 +14,7 @@ from longhaul.settings import Settings
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
+from store.retention import RetentionPolicy
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
@@ -88,6 +89,11 @@ def build_registry(settings: Settings) -> SkillRegistry:
         for skill in skills:
             registry.register(skill)
     return registry
+
+
+def retention_policy(settings: Settings) -> RetentionPolicy:
+    """``LONGHAUL_RETENTION`` with its ``LONGHAUL_RETENTION_OVERRIDES`` (validated by ``Settings``)."""
+    return RetentionPolicy.of_settings(settings.retention, settings.retention_overrides)
 
 
 def run_policy(settings: Settings) -> RunPolicy:

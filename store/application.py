@@ -40,6 +40,7 @@ from store.errors import (
     ConflictError,
     ContextMismatchError,
     NotWaitingForInputError,
+    RetentionNotReachedError,
     TaskExpiredError,
     TaskIdCollisionError,
     TaskNotFoundError,
@@ -49,6 +50,7 @@ from store.memory import MemoryRunQueueRecorder
 from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
+from store.retention import RetentionPolicy
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueue, RunQueueRow
 from store.transcodings import register_domain_transcodings
@@ -322,15 +324,25 @@ class TaskApplication(Application[UUID]):
         _lifecycle(task, "finished: %s (no answer before the pause's deadline)", task.state)
         return task
 
-    def expire(self, task_id: UUID, *, retention: timedelta, clock: Clock) -> Task:
-        """Mark a terminal task as past ``retention``: from now on it answers TaskNotFound.
+    def expire(self, task_id: UUID, *, retention: timedelta | RetentionPolicy, clock: Clock) -> Task:
+        """Mark a terminal task as past its retention: from now on it answers TaskNotFound.
+
+        ``retention`` is one period for every task, or a policy that gives each task its own
+        (per tenant and skill); the task's own is checked against its last change here.
 
         Raises:
             DomainError: The task is not terminal, or already expired.
+            RetentionNotReachedError: The task's own retention has not passed yet.
         """
+        policy = retention if isinstance(retention, RetentionPolicy) else RetentionPolicy(retention)
 
         def expire(task: Task, now: datetime) -> None:
-            task.expire(now=now, reason=f"retention of {retention} after the task ended")
+            own = policy.of(task.tenant, task.skill)
+            if task.is_terminal and not task.expired and now - task.modified_on < own:
+                raise RetentionNotReachedError(
+                    f"task {task.id} ended at {task.modified_on.isoformat()}; its retention is {own}"
+                )
+            task.expire(now=now, reason=f"retention of {own} after the task ended")
 
         return run_with_retries(
             expire, load=functools.partial(self.get, task_id), save=self.save_tasks, clock=clock

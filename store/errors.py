@@ -45,6 +45,10 @@ class TaskExpiredError(TaskNotFoundError):
         self.task_id = task_id
 
 
+class RetentionNotReachedError(ApplicationError):
+    """A task was asked to expire before its own retention (per tenant and skill) had passed."""
+
+
 class TaskIdCollisionError(ApplicationError):
     """A first message's derived task id names a task that another message started."""
 

@@ -85,10 +85,19 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         rows.sort(key=lambda r: r.deadline or now)
         return [r.task_id for r in rows[:limit]]
 
-    def due_expiries(self, ended_before: datetime, limit: int) -> list[UUID]:
+    def due_expiries(
+        self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
+    ) -> list[UUID]:
         """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
-        rows = self._select(lambda r: r.state in TERMINAL and not r.expired and r.updated_at <= ended_before)
-        rows.sort(key=lambda r: r.updated_at)
+        rows = self._select(
+            lambda r: (
+                r.state in TERMINAL
+                and not r.expired
+                and r.updated_at <= ended_before
+                and (after is None or (r.updated_at, r.task_id) > after)
+            )
+        )
+        rows.sort(key=lambda r: (r.updated_at, r.task_id))
         return [r.task_id for r in rows[:limit]]
 
     def live_versions(self) -> list[tuple[str, int, int]]:

@@ -125,12 +125,17 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         )
         return [r["task_id"] for r in rows]
 
-    def due_expiries(self, ended_before: datetime, limit: int) -> list[UUID]:
+    def due_expiries(
+        self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
+    ) -> list[UUID]:
         """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
+        since, after_id = after if after is not None else (None, None)
         rows = self._query(
             "SELECT task_id FROM {schema}.{table} WHERE state IN (" + TERMINAL_SQL + ")"
-            " AND NOT expired AND updated_at <= %s ORDER BY updated_at LIMIT %s",
-            (ended_before, limit),
+            " AND NOT expired AND updated_at <= %s"
+            " AND (%s::timestamptz IS NULL OR (updated_at, task_id) > (%s::timestamptz, %s::uuid))"
+            " ORDER BY updated_at, task_id LIMIT %s",
+            (ended_before, since, since, after_id, limit),
         )
         return [r["task_id"] for r in rows]
 

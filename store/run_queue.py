@@ -95,8 +95,13 @@ class RunQueue(Protocol):
         """Paused tasks whose deadline is at or before ``now``, earliest deadline first."""
         ...
 
-    def due_expiries(self, ended_before: datetime, limit: int) -> list[UUID]:
-        """Terminal, not yet expired tasks last changed at or before ``ended_before``, oldest first."""
+    def due_expiries(
+        self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
+    ) -> list[UUID]:
+        """Terminal, not yet expired tasks last changed at or before ``ended_before``, oldest first.
+
+        Ordered by ``(last change, task id)``; ``after`` continues behind that key (a page cursor).
+        """
         ...
 
     def live_versions(self) -> list[tuple[str, int, int]]:

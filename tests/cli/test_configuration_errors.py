@@ -25,3 +25,22 @@ def test_a_bad_skill_module_is_named(
     assert err.startswith("longhaul: ")
     assert says in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ('{"acme": "P1D"}', "bad retention override key 'acme'"),
+        ('{"skill:research": "-P1D"}', "must be positive"),
+    ],
+)
+def test_bad_retention_overrides_are_refused_at_start(
+    overrides: str, says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LONGHAUL_RETENTION_OVERRIDES", overrides)
+
+    assert main(["sweeper"]) == 2
+
+    err = capsys.readouterr().err
+    assert "LONGHAUL_RETENTION_OVERRIDES" in err
+    assert says in err

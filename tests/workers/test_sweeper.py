@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import pytest
 
 from domain.task import Task
 from store.application import TaskApplication
+from store.errors import RetentionNotReachedError
+from store.retention import RetentionPolicy
 from tests.support.tasks import new_task
+from workers import sweeper as sweeper_module
 from workers.sweeper import Sweeper
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -76,3 +82,85 @@ def test_terminal_tasks_expire_after_retention(store: TaskApplication) -> None:
     assert expired.expired
     assert [type(e).__name__ for e in store.history(task.id)][-1] == "Expired"
     assert sweeper.sweep_once() == (0, 0)
+
+
+def _ended(store: TaskApplication, *, tenant: str, skill: str, at: datetime) -> Task:
+    task = new_task(at, tenant=tenant, skill=skill, text="x")
+    task.cancel(now=at, reason="test", message=None)
+    store.save_tasks(task)
+    return task
+
+
+POLICY = RetentionPolicy.of_settings(
+    RETENTION,
+    {
+        "tenant:acme": timedelta(days=90),
+        "skill:research": timedelta(days=1),
+        "tenant:acme,skill:research": timedelta(days=7),
+    },
+)
+
+
+def test_retention_precedence_is_tenant_and_skill_then_skill_then_tenant_then_default() -> None:
+    assert POLICY.of("acme", "research") == timedelta(days=7)
+    assert POLICY.of("globex", "research") == timedelta(days=1)
+    assert POLICY.of("acme", "echo") == timedelta(days=90)
+    assert POLICY.of("globex", "echo") == RETENTION
+    assert POLICY.shortest == timedelta(days=1)
+
+
+@pytest.mark.parametrize("key", ["acme", "tenant:", "team:x", "tenant:a,tenant:b", "skill:a,"])
+def test_a_malformed_override_key_is_refused(key: str) -> None:
+    with pytest.raises(ValueError, match="override"):
+        RetentionPolicy.of_settings(RETENTION, {key: timedelta(days=1)})
+
+
+def test_each_task_expires_after_its_own_retention(any_store: TaskApplication) -> None:
+    store = any_store
+    clock = MovableClock(START)
+    sweeper = Sweeper(store=store, clock=clock, retention=POLICY, interval=1)
+    pair = _ended(store, tenant="acme", skill="research", at=START)
+    skill = _ended(store, tenant="globex", skill="research", at=START)
+    tenant = _ended(store, tenant="acme", skill="echo", at=START)
+    default = _ended(store, tenant="globex", skill="echo", at=START)
+
+    def expired() -> set[UUID]:
+        return {t.id for t in (pair, skill, tenant, default) if store.get(t.id).expired}
+
+    clock.now = START + timedelta(days=1) - timedelta(seconds=1)
+    assert sweeper.sweep_once() == (0, 0)
+    clock.now = START + timedelta(days=1)
+    assert sweeper.sweep_once() == (0, 1)
+    assert expired() == {skill.id}
+    clock.now = START + timedelta(days=7)
+    assert sweeper.sweep_once() == (0, 1)
+    assert expired() == {skill.id, pair.id}
+    clock.now = START + RETENTION
+    assert sweeper.sweep_once() == (0, 1)
+    assert expired() == {skill.id, pair.id, default.id}
+    clock.now = START + timedelta(days=90)
+    assert sweeper.sweep_once() == (0, 1)
+    assert expired() == {skill.id, pair.id, default.id, tenant.id}
+    history = [e for e in store.history(pair.id) if isinstance(e, Task.Expired)]
+    assert "7 days" in history[0].reason
+
+
+def test_tasks_not_due_do_not_hold_up_those_behind_them(
+    any_store: TaskApplication, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    monkeypatch.setattr(sweeper_module, "BATCH", 2)
+    clock = MovableClock(START + timedelta(days=2))
+    sweeper = Sweeper(store=store, clock=clock, retention=POLICY, interval=1)
+    kept = [_ended(store, tenant="acme", skill="echo", at=START) for _ in range(5)]  # 90 days
+    due = _ended(store, tenant="globex", skill="research", at=START + timedelta(minutes=1))  # 1 day
+    assert sweeper.sweep_once() == (0, 1)
+    assert store.get(due.id).expired
+    assert not any(store.get(t.id).expired for t in kept)
+
+
+def test_the_use_case_refuses_a_task_before_its_own_retention(any_store: TaskApplication) -> None:
+    task = _ended(any_store, tenant="acme", skill="echo", at=START)
+    with pytest.raises(RetentionNotReachedError, match="its retention is 90 days"):
+        any_store.expire(task.id, retention=POLICY, clock=lambda: START + timedelta(days=89))
+    assert not any_store.get(task.id).expired
