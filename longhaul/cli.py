@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -47,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", help="print every event of a task, in order")
     history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    history.add_argument(
+        "--archive", type=Path, metavar="FILE", help="read the task from this archive file, not the store"
+    )
+    archive = sub.add_parser(
+        "archive", help="write expired tasks to a verified archive file, then purge them"
+    )
+    archive.add_argument(
+        "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
+    )
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     cli_help.describe_main(parser)
@@ -126,7 +136,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         case "fake-iam":
             asyncio.run(commands.fake_iam(args.host, args.port))
         case "history":
-            return commands.history(settings, args.task_id, as_json=args.json)
+            return commands.history(settings, args.task_id, as_json=args.json, archive=args.archive)
+        case "archive":
+            return commands.archive(settings, args.to)
         case "skills":
             return commands.skills(settings)
         case "migrate":

@@ -95,6 +95,19 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "Print every event of a task, in order: version, time, type and body (--json: one JSON"
             " object per line). Reads the database at LONGHAUL_DATABASE_URL; unset, that of a running"
             " `longhaul up` in LONGHAUL_DATA_DIR, else it starts the embedded PostgreSQL for the command."
+            " With --archive FILE it reads the task from an archive file instead (`longhaul archive`),"
+            " with the same output, and needs no database."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
+    "archive": (
+        (
+            "Write every expired task's events (all versions, as stored) to one gzip JSON-lines file in"
+            " DIR and print its path; read the file back and verify it (checksum, counts, each task's"
+            " versions complete and in order); only then purge those tasks from the store: events,"
+            " snapshots, run-queue row and current-task view row, one transaction per task. A run"
+            " stopped early purges nothing unverified; run it again. Finds the database as `history`"
+            " does. Format: docs/operations.md, Archive."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),

@@ -8,8 +8,9 @@ import json
 import logging
 import signal
 import socket
+import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -32,9 +33,10 @@ from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
 from projections.task_view import open_view, run_projector
 from store.application import TaskApplication
-from store.config import StoreConfig
+from store.config import MemoryConfig, StoreConfig
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
+from workers.archive import ArchiveError, archive_expired, read_archive
 from workers.relay import Relay, RelayUnavailableError
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
@@ -444,21 +446,60 @@ def _running_up(data_dir: Path) -> str | None:
     return url if isinstance(url, str) else None
 
 
-def history(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
-    """Print every event of a task: version, time, type and body."""
+def history(settings: Settings, task_id: UUID, *, as_json: bool, archive: Path | None = None) -> int:
+    """Print every event of a task: version, time, type and body (from the store, or an archive)."""
+    if archive is not None:
+        return _history_from_archive(archive, task_id, as_json=as_json)
     with _store_for_reading(settings, "history") as store:
         try:
             tenant = store.get(task_id).tenant
         except TaskNotFoundError:
             raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
-        for event in store.history(task_id):
-            message = event_message(None, tenant, event)
-            del message["position"]
-            if as_json:
-                print(dumps(message))
-            else:
-                body = dumps(message["body"])
-                print(f"v{message['version']:<5} {message['time']}  {message['type']:<22} {body}")
+        _print_events(tenant, store.history(task_id), as_json=as_json)
+    return 0
+
+
+def _history_from_archive(path: Path, task_id: UUID, *, as_json: bool) -> int:
+    """``history`` of a task in an archive file, decoded as the store decodes its events."""
+    try:
+        found = read_archive(path)
+    except ArchiveError as error:
+        raise CommandError(str(error)) from error
+    events = found.tasks.get(task_id)
+    if not events:
+        raise CommandError(f"no task {task_id} in {path}")
+    mapper = TaskApplication(MemoryConfig()).mapper  # the store's transcodings, no database
+    _print_events(events[0].tenant, (mapper.to_domain_event(e.stored()) for e in events), as_json=as_json)
+    return 0
+
+
+def _print_events(tenant: str, events: Iterable[Any], *, as_json: bool) -> None:
+    for event in events:
+        message = event_message(None, tenant, event)
+        del message["position"]
+        if as_json:
+            print(dumps(message))
+        else:
+            body = dumps(message["body"])
+            print(f"v{message['version']:<5} {message['time']}  {message['type']:<22} {body}")
+
+
+def archive(settings: Settings, directory: Path) -> int:
+    """Archive every expired task to one verified file in ``directory``, then purge them."""
+    with _store_for_reading(settings, "archive") as store:
+        try:
+            run = archive_expired(store, directory, clock=wiring.system_clock(settings))
+        except ArchiveError as error:
+            raise CommandError(str(error)) from error
+    if run.path is None:
+        print("no expired tasks: nothing archived")
+        return 0
+    print(run.path)
+    print(
+        f"archived {run.tasks} tasks ({run.events} events), verified; purged {len(run.purged)}"
+        + (f"; {len(run.skipped)} changed meanwhile and stay" if run.skipped else ""),
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -213,6 +213,52 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             if task_id in snapshots or task_id in events
         }
 
+    # ------------------------------------------------------------------ archive and purge
+
+    def expired_tasks(self, limit: int, *, after: UUID | None = None) -> list[tuple[UUID, str]]:
+        """``(task_id, tenant)`` of expired tasks, by id, after ``after`` (a page cursor).
+
+        Scans the run queue (no index serves it): for ``longhaul archive``, not for a hot path.
+        """
+        rows = self._query(
+            "SELECT task_id, tenant FROM {schema}.{table} WHERE expired"
+            " AND (%s::uuid IS NULL OR task_id > %s::uuid) ORDER BY task_id LIMIT %s",
+            (after, after, limit),
+        )
+        return [(r["task_id"], r["tenant"]) for r in rows]
+
+    def purge(self, task_id: UUID, *, version: int, also: Sequence[str] = ()) -> bool:
+        """Delete one task's events, snapshots and run-queue row, in one transaction.
+
+        Only if its last event is still at ``version`` (what was archived); ``also`` names more
+        tables of the schema with a ``task_id`` column whose row goes in the same transaction
+        (the current-task view). Returns whether the task was purged.
+        """
+        schema = Identifier(self.datastore.schema)
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                SQL("SELECT max(originator_version) AS v FROM {}.{} WHERE originator_id = %s").format(
+                    schema, Identifier(self.events_table_name)
+                ),
+                (task_id,),
+            )
+            found = curs.fetchall()
+            if not found or found[0]["v"] != version:
+                return False
+            for table, column in (
+                (self.events_table_name, "originator_id"),
+                (self.snapshots_table, "originator_id"),
+                (self.run_queue_table, "task_id"),
+                *((name, "task_id") for name in also),
+            ):
+                curs.execute(
+                    SQL("DELETE FROM {}.{} WHERE {} = %s").format(
+                        schema, Identifier(table), Identifier(column)
+                    ),
+                    (task_id,),
+                )
+        return True
+
     # ------------------------------------------------------------------ wake-ups
 
     async def follow_appends(self, event: asyncio.Event) -> None:

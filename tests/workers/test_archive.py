@@ -1,0 +1,211 @@
+"""Archive then purge: expired tasks go to a verified file first, and only then leave the store."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from domain.task import Task
+from longhaul.cli import main
+from projections.task_view import open_view
+from store.application import TaskApplication
+from store.config import StoreConfig
+from store.errors import TaskNotFoundError
+from store.postgres import PostgresRunQueueRecorder
+from tests.support.tasks import new_task
+from workers.archive import ArchiveError, archive_expired, read_archive
+
+START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+RETENTION = timedelta(days=30)
+LATER = START + RETENTION + timedelta(days=1)
+
+
+def clock() -> datetime:
+    return LATER
+
+
+def _expired(store: TaskApplication, tenant: str = "acme") -> Task:
+    task = new_task(START, tenant=tenant)
+    task.grant_lease(worker="w", now=START, until=START + timedelta(seconds=30))
+    task.cancel(now=START, reason="test")
+    store.save_tasks(task)
+    return store.expire(task.id, retention=RETENTION, clock=clock)
+
+
+def _ended(store: TaskApplication) -> Task:
+    task = new_task(LATER)
+    task.cancel(now=LATER, reason="test")
+    store.save_tasks(task)
+    return task
+
+
+def _gone(store: TaskApplication, task_id: UUID) -> bool:
+    view = open_view(store)
+    assert view is not None
+    try:
+        store.get(task_id)
+    except TaskNotFoundError:
+        return store.run_queue.row(task_id) is None and view.row(task_id) is None
+    return False
+
+
+def _recorder(store: TaskApplication) -> PostgresRunQueueRecorder:
+    assert isinstance(store.recorder, PostgresRunQueueRecorder)
+    return store.recorder
+
+
+def test_expired_tasks_are_archived_complete_then_purged(store: TaskApplication, tmp_path: Path) -> None:
+    expired = [_expired(store, tenant) for tenant in ("acme", "globex")]
+    kept = _ended(store)
+    view = open_view(store)
+    assert view is not None
+    view.rebuild(store)
+    assert view.row(expired[0].id) is not None
+    stored = {t.id: list(_recorder(store).select_events(t.id)) for t in expired}
+
+    run = archive_expired(store, tmp_path / "archives", clock=clock)
+
+    assert run.path is not None
+    assert run.path.parent == tmp_path / "archives"
+    assert run.path.name.endswith(".jsonl.gz")
+    assert sorted(run.purged) == sorted(t.id for t in expired)
+    assert all(_gone(store, t.id) for t in expired)
+    assert store.get(kept.id).state == "TASK_STATE_CANCELED"  # not expired: untouched
+    archive = read_archive(run.path)
+    assert archive.header["schema"] == _recorder(store).datastore.schema
+    assert archive.header["tasks"] == 2
+    for task in expired:
+        events = archive.tasks[task.id]
+        assert [e.tenant for e in events] == [task.tenant] * len(events)
+        assert [(e.version, e.topic) for e in events] == [
+            (s.originator_version, s.topic) for s in stored[task.id]
+        ]
+        assert [e.stored() for e in events] == stored[task.id]  # the JSON as stored, compactly
+    assert list(tmp_path.glob("archives/*.partial")) == []
+    # Nothing is left to archive.
+    assert archive_expired(store, tmp_path / "archives", clock=clock).path is None
+
+
+def test_a_run_stopped_before_the_purge_leaves_the_store_whole(
+    store: TaskApplication, tmp_path: Path
+) -> None:
+    task = _expired(store)
+
+    def crash(_: Path) -> None:
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        archive_expired(store, tmp_path, clock=clock, before_verify=crash)
+    assert store.get(task.id).expired  # still there
+    (first,) = tmp_path.glob("*.jsonl.gz")
+
+    run = archive_expired(store, tmp_path, clock=lambda: LATER + timedelta(seconds=1))
+    assert run.purged == [task.id]
+    assert run.path is not None
+    assert run.path != first
+    assert _gone(store, task.id)
+    # Archived twice (documented): both files hold it, complete.
+    assert read_archive(first).tasks[task.id] == read_archive(run.path).tasks[task.id]
+
+
+def test_a_run_stopped_mid_purge_is_finished_by_the_next(
+    store: TaskApplication, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = [_expired(store) for _ in range(3)]
+    recorder = _recorder(store)
+    purge = recorder.purge
+    calls: list[UUID] = []
+
+    def dies_on_the_second(task_id: UUID, **kwargs: Any) -> bool:
+        calls.append(task_id)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return purge(task_id, **kwargs)
+
+    monkeypatch.setattr(recorder, "purge", dies_on_the_second)
+    with pytest.raises(RuntimeError, match="killed"):
+        archive_expired(store, tmp_path / "a", clock=clock)
+    monkeypatch.undo()
+    assert _gone(store, calls[0])
+    left = {t.id for t in tasks} - {calls[0]}
+    assert not any(_gone(store, t) for t in left)
+
+    run = archive_expired(store, tmp_path / "b", clock=clock)
+    assert run.path is not None
+    assert set(read_archive(run.path).tasks) == left  # only what was still there
+    assert all(_gone(store, t.id) for t in tasks)
+
+
+def _corrupt(path: Path) -> None:
+    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"version":1', b'"version":1 ', 1)  # still valid JSON, other bytes
+    path.write_bytes(gzip.compress(b"".join(lines)))
+
+
+def _truncate(path: Path) -> None:
+    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    path.write_bytes(gzip.compress(b"".join(lines[:-2])))
+
+
+def _garble(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"), [(_corrupt, "sha256"), (_truncate, "truncated"), (_garble, "unreadable")]
+)
+def test_nothing_is_purged_unless_the_file_verifies(
+    store: TaskApplication, tmp_path: Path, damage: Any, says: str
+) -> None:
+    tasks = [_expired(store) for _ in range(2)]
+    with pytest.raises(ArchiveError, match=says):
+        archive_expired(store, tmp_path, clock=clock, before_verify=damage)
+    assert all(store.get(t.id).expired for t in tasks)
+
+
+def test_the_cli_archives_and_history_replays_from_the_file(
+    store: TaskApplication,
+    store_config: StoreConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    task = _expired(store)
+    for flags in ([], ["--json"]):
+        assert main(["history", str(task.id), *flags]) == 0
+    from_store = capsys.readouterr().out
+
+    assert main(["archive", "--to", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    path = Path(out.strip())
+    assert path.is_file()
+    assert "archived 1 tasks" in err
+    assert "purged 1" in err
+    assert main(["history", str(task.id)]) == 1  # gone from the store
+
+    for flags in ([], ["--json"]):
+        assert main(["history", "--archive", str(path), str(task.id), *flags]) == 0
+    assert capsys.readouterr().out == from_store
+    assert main(["history", "--archive", str(path), str(UUID(int=1))]) == 1
+    assert "no task" in capsys.readouterr().err
+
+
+def test_history_refuses_a_file_that_is_no_archive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "x.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"type":"header","format":"other"}\n'))
+    assert main(["history", "--archive", str(path), str(UUID(int=1))]) == 1
+    assert "not a longhaul-archive file" in capsys.readouterr().err

@@ -1,0 +1,248 @@
+"""Archive then purge: expired tasks' events go to a verified file, and only then leave the store.
+
+``archive_expired`` writes every expired task's events (all versions, as stored) to one gzip
+JSON-lines file per run, reads the file back to check it (header, trailer checksum and counts,
+each task's versions complete and in order, as many as the store had), and only then purges each
+task in its own transaction: events, snapshots, run-queue row and current-task view row together.
+A run stopped before the purge leaves everything in the store, and a re-run archives those tasks
+again (in a second file); a run stopped mid-purge leaves the tasks it had not reached, and the
+next run archives only those. A task is never purged without a verified file that holds it.
+
+The format (``longhaul-archive`` version 1) is in ``docs/operations.md`` ("Archive"), and
+the design in ``docs/adr/0013-archive-then-purge.md``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from domain.clock import Clock
+from projections.event_json import iso
+from projections.task_view import VIEW_TABLE
+from store.application import TaskApplication
+from store.postgres import PostgresRunQueueRecorder
+
+log = logging.getLogger(__name__)
+
+FORMAT = "longhaul-archive"
+FORMAT_VERSION = 1
+PAGE = 500
+"""Expired tasks listed per query."""
+
+
+class ArchiveError(Exception):
+    """An archive could not be written, or a file is no valid archive (the message says where)."""
+
+
+@dataclass(frozen=True)
+class ArchivedEvent:
+    """One stored event as an archive line holds it."""
+
+    task_id: UUID
+    tenant: str
+    version: int
+    topic: str
+    event: Any
+    """The stored event's JSON, parsed."""
+
+    def stored(self) -> StoredEvent:
+        """The event as the store's recorder would return it (for the store's mapper)."""
+        state = json.dumps(self.event, separators=(",", ":"), ensure_ascii=False).encode()
+        return StoredEvent(
+            originator_id=self.task_id, originator_version=self.version, topic=self.topic, state=state
+        )
+
+
+@dataclass(frozen=True)
+class Archive:
+    """A read and checked archive file: its header and every task's events in order."""
+
+    header: dict[str, Any]
+    tasks: dict[UUID, list[ArchivedEvent]]
+
+    @property
+    def events(self) -> int:
+        """How many events the archive holds."""
+        return sum(len(events) for events in self.tasks.values())
+
+
+@dataclass
+class ArchiveRun:
+    """What one ``archive_expired`` did."""
+
+    path: Path | None
+    """The file written (``None``: there was no expired task)."""
+    tasks: int = 0
+    events: int = 0
+    purged: list[UUID] = field(default_factory=list)
+    skipped: list[UUID] = field(default_factory=list)
+    """Archived but not purged: they changed after they were read (they stay; a re-run takes them)."""
+
+
+def archive_expired(
+    store: TaskApplication,
+    directory: Path,
+    *,
+    clock: Clock,
+    before_verify: Callable[[Path], None] | None = None,
+) -> ArchiveRun:
+    """Write every expired task's events to one file in ``directory``, verify it, then purge them.
+
+    ``before_verify`` runs between writing and reading back (a test hook: it may corrupt the
+    file or raise, as a crash there would).
+
+    Raises:
+        ArchiveError: The store is not PostgreSQL, or the file did not verify (nothing purged).
+    """
+    recorder = store.recorder
+    if not isinstance(recorder, PostgresRunQueueRecorder):
+        raise ArchiveError("archiving needs the store on PostgreSQL")
+    tasks = _expired(recorder)
+    if not tasks:
+        return ArchiveRun(path=None)
+    now = clock()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"longhaul-archive-{recorder.datastore.schema}-{now:%Y%m%dT%H%M%S%fZ}.jsonl.gz"
+    written = _write(recorder, path, tasks, schema=recorder.datastore.schema, now=now)
+    log.info("archived %d tasks (%d events) to %s", len(written), sum(written.values()), path)
+    if before_verify is not None:
+        before_verify(path)
+    archive = read_archive(path)
+    found = {task_id: events[-1].version for task_id, events in archive.tasks.items()}
+    if found != written:
+        raise ArchiveError(f"{path}: holds other tasks or versions than were written; nothing purged")
+    run = ArchiveRun(path=path, tasks=len(archive.tasks), events=archive.events)
+    for task_id, version in written.items():
+        if recorder.purge(task_id, version=version, also=(VIEW_TABLE,)):
+            run.purged.append(task_id)
+        else:
+            run.skipped.append(task_id)
+    log.info("purged %d archived tasks (%d changed meanwhile and stay)", len(run.purged), len(run.skipped))
+    return run
+
+
+def _expired(recorder: PostgresRunQueueRecorder) -> list[tuple[UUID, str]]:
+    tasks: list[tuple[UUID, str]] = []
+    while True:
+        page = recorder.expired_tasks(PAGE, after=tasks[-1][0] if tasks else None)
+        tasks += page
+        if len(page) < PAGE:
+            return tasks
+
+
+def _write(
+    recorder: PostgresRunQueueRecorder,
+    path: Path,
+    tasks: list[tuple[UUID, str]],
+    *,
+    schema: str,
+    now: datetime,
+) -> dict[UUID, int]:
+    """Write the archive (to a temporary name, then renamed); ``task_id -> last version`` written."""
+    partial = path.with_name(path.name + ".partial")
+    digest = hashlib.sha256()
+    written: dict[UUID, int] = {}
+    events = 0
+    with gzip.open(partial, "wb") as out:
+
+        def line(obj: dict[str, Any], *, counted: bool = True) -> None:
+            data = (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+            if counted:
+                digest.update(data)
+            out.write(data)
+
+        line({"type": "header", "format": FORMAT, "formatVersion": FORMAT_VERSION, "schema": schema,
+              "createdAt": iso(now), "tasks": len(tasks)})  # fmt: skip
+        for task_id, tenant in tasks:
+            stored = recorder.select_events(task_id)
+            for event in stored:
+                line({"type": "event", "taskId": str(task_id), "tenant": tenant,
+                      "version": event.originator_version, "topic": event.topic,
+                      "event": json.loads(event.state)})  # fmt: skip
+            if stored:
+                written[task_id] = stored[-1].originator_version
+                events += len(stored)
+        line(
+            {"type": "trailer", "tasks": len(written), "events": events, "sha256": digest.hexdigest()},
+            counted=False,
+        )
+        out.flush()
+    with partial.open("rb") as done:
+        os.fsync(done.fileno())
+    partial.replace(path)
+    return written
+
+
+def read_archive(path: Path) -> Archive:
+    """Read and check an archive: header, trailer (counts and sha256), each task's versions 1..n.
+
+    Raises:
+        ArchiveError: The file is unreadable, truncated, altered, or no archive of this format.
+    """
+    digest = hashlib.sha256()
+    header: dict[str, Any] | None = None
+    trailer: dict[str, Any] | None = None
+    tasks: dict[UUID, list[ArchivedEvent]] = {}
+    try:
+        for number, raw in enumerate(_lines(path), start=1):
+            if trailer is not None:
+                raise ArchiveError(f"{path}: line {number} follows the trailer")
+            obj = json.loads(raw)
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if number == 1:
+                if (
+                    kind != "header"
+                    or obj.get("format") != FORMAT
+                    or obj.get("formatVersion") != FORMAT_VERSION
+                ):
+                    raise ArchiveError(f"{path}: not a {FORMAT} file of format version {FORMAT_VERSION}")
+                header = obj
+            elif kind == "event":
+                event = ArchivedEvent(
+                    task_id=UUID(obj["taskId"]),
+                    tenant=obj["tenant"],
+                    version=obj["version"],
+                    topic=obj["topic"],
+                    event=obj["event"],
+                )
+                events = tasks.setdefault(event.task_id, [])
+                if event.version != len(events) + 1:
+                    raise ArchiveError(
+                        f"{path}: line {number}: task {event.task_id} version {event.version} "
+                        f"follows version {len(events)}"
+                    )
+                events.append(event)
+            elif kind == "trailer":
+                trailer = obj
+                continue
+            else:
+                raise ArchiveError(f"{path}: line {number} is no archive line")
+            digest.update(raw)
+    except (OSError, EOFError, gzip.BadGzipFile, ValueError, KeyError, TypeError) as error:
+        raise ArchiveError(f"{path}: unreadable archive ({error})") from error
+    if header is None or trailer is None:
+        raise ArchiveError(f"{path}: truncated (no {'header' if header is None else 'trailer'})")
+    count = sum(len(e) for e in tasks.values())
+    if trailer.get("sha256") != digest.hexdigest():
+        raise ArchiveError(f"{path}: the sha256 of its lines differs from its trailer's")
+    counts = (len(tasks), count)
+    if (trailer.get("tasks"), trailer.get("events")) != counts or header.get("tasks") != len(tasks):
+        raise ArchiveError(f"{path}: holds {len(tasks)} tasks and {count} events, not what it says")
+    return Archive(header=header, tasks=tasks)
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    with gzip.open(path, "rb") as lines:
+        yield from lines
