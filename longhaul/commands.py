@@ -454,7 +454,10 @@ def history(settings: Settings, task_id: UUID, *, as_json: bool, archive: Path |
         try:
             tenant = store.get(task_id).tenant
         except TaskNotFoundError:
-            raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
+            raise CommandError(
+                f"no task {task_id} in {settings.database_schema}"
+                f" (an archived task: longhaul history --archive FILE {task_id})"
+            ) from None
         _print_events(tenant, store.history(task_id), as_json=as_json)
     return 0
 

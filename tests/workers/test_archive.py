@@ -13,7 +13,7 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
-from projections.task_view import open_view
+from projections.task_view import open_view, projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.errors import TaskNotFoundError
@@ -209,3 +209,20 @@ def test_history_refuses_a_file_that_is_no_archive(
     path.write_bytes(gzip.compress(b'{"type":"header","format":"other"}\n'))
     assert main(["history", "--archive", str(path), str(UUID(int=1))]) == 1
     assert "not a longhaul-archive file" in capsys.readouterr().err
+
+
+def test_the_projector_follows_the_log_across_the_purged_gap(
+    store: TaskApplication, store_config: StoreConfig, tmp_path: Path
+) -> None:
+    before = _ended(store)
+    purged = _expired(store)
+    after = _ended(store)  # its events come after the gap in the notification log
+    archive_expired(store, tmp_path, clock=clock)
+    end = store.recorder.max_notification_id() or 0
+    with projection_runner(store_config) as runner:
+        runner.wait(end, timeout=30)
+    view = open_view(store)
+    assert view is not None
+    assert {r.task_id for r in view.rows()} == {before.id, after.id}
+    assert view.lag(store).behind == 0
+    assert _gone(store, purged.id)
