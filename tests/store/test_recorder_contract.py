@@ -197,6 +197,18 @@ def test_due_expiries(any_store: TaskApplication) -> None:
     assert queue.due_expiries(minutes(-20), 100) == [older]
 
 
+def test_due_expiries_pages_by_end_time_then_id(any_store: TaskApplication) -> None:
+    ties = sorted(put(any_store, state=COMPLETED, updated_at=minutes(-10)) for _ in range(3))
+    first = put(any_store, state=CANCELED, updated_at=minutes(-30))
+    last = put(any_store, state=FAILED, updated_at=minutes(-5))
+    queue = any_store.run_queue
+
+    assert queue.due_expiries(NOW, 100) == [first, *ties, last]
+    assert queue.due_expiries(NOW, 2, after=(minutes(-30), first)) == ties[:2]
+    assert queue.due_expiries(NOW, 100, after=(minutes(-10), ties[1])) == [ties[2], last]
+    assert queue.due_expiries(NOW, 100, after=(minutes(-5), last)) == []
+
+
 def test_live_versions_and_their_tasks(any_store: TaskApplication) -> None:
     second = put(any_store, state=WORKING, skill="beta", skill_version=2, updated_at=minutes(-1))
     first = put(any_store, state=INPUT, skill="beta", skill_version=2, updated_at=minutes(-5))

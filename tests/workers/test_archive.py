@@ -226,3 +226,13 @@ def test_the_projector_follows_the_log_across_the_purged_gap(
     assert {r.task_id for r in view.rows()} == {before.id, after.id}
     assert view.lag(store).behind == 0
     assert _gone(store, purged.id)
+
+
+def test_a_task_is_purged_only_at_the_archived_version(store: TaskApplication) -> None:
+    task = _expired(store)
+    recorder = _recorder(store)
+    assert not recorder.purge(task.id, version=task.version - 1)
+    assert store.get(task.id).expired
+    assert recorder.purge(task.id, version=task.version)
+    assert _gone(store, task.id)
+    assert not recorder.purge(task.id, version=task.version)  # nothing left
