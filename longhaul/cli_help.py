@@ -64,7 +64,7 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " leads (it holds a PostgreSQL advisory lock); others wait as standbys and take over within"
             " about a second."
         ),
-        ("database_url", "nats_url", "nats_stream", "nats_subject_prefix"),
+        ("database_url", "nats_url", "nats_stream", "nats_subject_prefix", "nats_max_age", "nats_replicas"),
     ),
     "projector": (
         (

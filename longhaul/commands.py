@@ -35,7 +35,7 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
-from workers.relay import Relay, RelayUnavailableError
+from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.worker import Worker
@@ -269,14 +269,14 @@ async def relay(settings: Settings) -> None:
     names = _names(settings)
     store = _open_store(settings)
     try:
-        await _relay(store, names).run(stop)
+        await _relay(store, names, wiring.stream_limits(settings)).run(stop)
     finally:
         store.close()
 
 
-def _relay(store: TaskApplication, names: Any) -> Relay:
+def _relay(store: TaskApplication, names: Any, limits: StreamLimits) -> Relay:
     try:
-        return Relay(store=store, names=names)
+        return Relay(store=store, names=names, limits=limits)
     except RelayUnavailableError as error:
         raise CommandError(str(error)) from error
 
@@ -362,7 +362,9 @@ async def up(settings: Settings) -> None:
                 ]
                 if not in_memory:
                     assert isinstance(store.config, StoreConfig)
-                    parts.append(Relay(store=store, names=wiring.nats_names(settings)).run(stop))
+                    limits = wiring.stream_limits(settings)
+                    relay_part = Relay(store=store, names=wiring.nats_names(settings), limits=limits)
+                    parts.append(relay_part.run(stop))
                     parts.append(_projector(store.config, stop))
                 _write_services_file(settings, url)
                 log.info(
