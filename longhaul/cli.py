@@ -8,12 +8,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from uuid import UUID
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from longhaul import cli_help, commands, logs, wiring
+from longhaul import tail as tail_consumer
 from longhaul.settings import Settings, unknown_variables
 
 log = logging.getLogger("longhaul")
@@ -47,12 +49,28 @@ def _parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", help="print every event of a task, in order")
     history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    tail = sub.add_parser("tail", help="print live task events from NATS, one line each")
+    tail.add_argument("--tenant", help="only this tenant's tasks")
+    tail.add_argument("--task", type=UUID, metavar="TASK_ID", help="only this task's events")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from-start", action="store_true", help="start with every event the stream keeps")
+    start.add_argument(
+        "--since", type=_since, metavar="WHEN", help="start at a time (ISO 8601) or a duration ago (PT1H)"
+    )
+    tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     cli_help.describe_main(parser)
     for name, command in sub.choices.items():
         cli_help.describe(name, command)
     return parser
+
+
+def _since(text: str) -> datetime:
+    try:
+        return tail_consumer.parse_since(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,6 +145,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             asyncio.run(commands.fake_iam(args.host, args.port))
         case "history":
             return commands.history(settings, args.task_id, as_json=args.json)
+        case "tail":
+            start = tail_consumer.Start(from_start=args.from_start, since=args.since)
+            return commands.tail(
+                settings, tenant=args.tenant, task_id=args.task, start=start, as_json=args.json
+            )
         case "skills":
             return commands.skills(settings)
         case "migrate":

@@ -98,6 +98,16 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
+    "tail": (
+        (
+            "Print task events live from NATS until Ctrl-C, one line each: time, tenant, task, version,"
+            " type and the start of the body (--json: each message's JSON). New events only, unless"
+            " --from-start or --since. --tenant and --task filter by subject. An ordered, ephemeral"
+            " JetStream consumer: an example for analytics consumers (longhaul/tail.py). Uses"
+            " LONGHAUL_NATS_URL; unset, the NATS of a running `longhaul up` in LONGHAUL_DATA_DIR."
+        ),
+        ("nats_url", "nats_stream", "nats_subject_prefix", "data_dir"),
+    ),
     "skills": (
         (
             "List every skill version with its live task count and drain status: 'newest', 'draining',"

@@ -25,6 +25,7 @@ from eventsourcing.persistence import OperationalError as StoreOperationalError
 from api.app import create_app
 from api.waiting import NatsWaiter
 from domain.clock import Clock
+from longhaul import tail as tail_consumer
 from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
@@ -438,12 +439,34 @@ def _store_for_reading(settings: Settings, command: str) -> Iterator[TaskApplica
             store.close()
 
 
-def _running_up(data_dir: Path) -> str | None:
+def _running_up(data_dir: Path, service: str = "database_url") -> str | None:
     path = data_dir / SERVICES_FILE
     if not path.exists():
         return None
-    url = json.loads(path.read_text()).get("database_url")
+    url = json.loads(path.read_text()).get(service)
     return url if isinstance(url, str) else None
+
+
+def tail(settings: Settings, **options: Any) -> int:
+    """Print live events from NATS (``longhaul/tail.py``): at LONGHAUL_NATS_URL, else a running ``up``'s."""
+    if settings.nats_url is None:
+        running = _running_up(settings.data_dir, "nats_url")
+        if running is None:
+            raise CommandError(
+                f"LONGHAUL_NATS_URL is not set and no `longhaul up` runs with data in {settings.data_dir}"
+            )
+        settings = settings.model_copy(update={"nats_url": running})
+    names = _names(settings)
+    try:
+        return asyncio.run(tail_consumer.run(names, **options))
+    except LookupError as error:
+        raise CommandError(str(error)) from error
+    except BrokenPipeError:
+        raise  # the reader left: longhaul.cli ends quietly
+    except (TimeoutError, OSError, nats.errors.NoServersError) as error:
+        raise CommandError(
+            f"cannot reach NATS at {names.url} ({error!r}); check LONGHAUL_NATS_URL"
+        ) from error
 
 
 def history(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
