@@ -36,6 +36,7 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
+from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
@@ -112,7 +113,11 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
 
 @contextlib.asynccontextmanager
 async def _gateway_app(
-    settings: Settings, store: TaskApplication, clock: Clock, port: int
+    settings: Settings,
+    store: TaskApplication,
+    clock: Clock,
+    port: int,
+    worker_metrics: WorkerMetrics | None = None,
 ) -> AsyncIterator[Any]:
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
 
@@ -139,6 +144,8 @@ async def _gateway_app(
             max_pause=settings.max_pause,
             public_url=wiring.public_url(settings, port),
             waiter=waiter,
+            relay_stream=settings.nats_stream if settings.store == "postgres" else None,
+            process_metrics=worker_metrics.registry if worker_metrics is not None else None,
         )
     finally:
         if client is not None:
@@ -226,8 +233,11 @@ async def worker(settings: Settings) -> None:
         store.close()
 
 
-async def _worker(settings: Settings, store: TaskApplication, stop: asyncio.Event) -> None:
+async def _worker(
+    settings: Settings, store: TaskApplication, stop: asyncio.Event, metrics: WorkerMetrics | None = None
+) -> None:
     process = Worker(
+        metrics=metrics,
         store=store,
         registry=wiring.build_registry(settings),
         clock=wiring.system_clock(settings),
@@ -354,11 +364,12 @@ async def up(settings: Settings) -> None:
             log.info("fake IAM at %s", settings.iam_url)
         store = _open_store(settings, pool_size=STORE_POOL_SIZE)
         try:
-            async with _gateway_app(settings, store, wiring.system_clock(settings), port) as app:
+            metrics = WorkerMetrics()  # the worker's, served by this process's gateway at /metrics
+            async with _gateway_app(settings, store, wiring.system_clock(settings), port, metrics) as app:
                 url = wiring.public_url(settings, port)
                 parts += [
                     _serve(app, gateway_sock, stop),
-                    _worker(settings, store, stop),
+                    _worker(settings, store, stop, metrics),
                     _sweeper(settings, store).run(stop),
                 ]
                 if not in_memory:
