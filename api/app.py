@@ -13,6 +13,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.agent_card import (
     CACHE_CONTROL,
@@ -23,6 +24,7 @@ from api.agent_card import (
 )
 from api.errors import InvalidRequestError, RequestTooLargeError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
+from api.metrics import gateway_registry
 from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
@@ -66,6 +68,13 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
     return _respond(answer)
 
 
+@get("/metrics", operation_id="metrics", sync_to_thread=True)
+def metrics(request: Request[object, object, State]) -> Response[bytes]:
+    """The deployment's metrics in the Prometheus text format (``api/metrics.py``)."""
+    registry: CollectorRegistry = request.app.state.metrics
+    return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
 def _respond(answer: RpcAnswer) -> Response[bytes]:
     body = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=False).encode()
     return Response(content=body, status_code=answer.http_status, media_type=JSON_MEDIA_TYPE)
@@ -81,6 +90,8 @@ def create_app(
     public_url: str,
     waiter: TaskWaiter | None = None,
     blocking_timeout_s: float = 600,
+    relay_stream: str | None = None,
+    process_metrics: CollectorRegistry | None = None,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -89,6 +100,8 @@ def create_app(
     task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
     the gateway only carries it for the composition root. ListTasks reads the current-task view
     in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
+    ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
+    table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
     """
     service = A2AService(
         store=store,
@@ -100,6 +113,9 @@ def create_app(
         task_view=open_view(store),
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
-    state = State({"service": service, "card": card, "max_pause": max_pause})
+    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
+    state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
-    return Litestar(route_handlers=[get_agent_card, jsonrpc], state=state, debug=False, logging_config=None)
+    return Litestar(
+        route_handlers=[get_agent_card, jsonrpc, metrics], state=state, debug=False, logging_config=None
+    )

@@ -7,7 +7,8 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from longhaul import cli_help, commands, logs, wiring
+from longhaul import tail as tail_consumer
 from longhaul.settings import Settings, unknown_variables
 
 log = logging.getLogger("longhaul")
@@ -57,12 +59,28 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument(
         "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
     )
+    tail = sub.add_parser("tail", help="print live task events from NATS, one line each")
+    tail.add_argument("--tenant", help="only this tenant's tasks")
+    tail.add_argument("--task", type=UUID, metavar="TASK_ID", help="only this task's events")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from-start", action="store_true", help="start with every event the stream keeps")
+    start.add_argument(
+        "--since", type=_since, metavar="WHEN", help="start at a time (ISO 8601) or a duration ago (PT1H)"
+    )
+    tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     cli_help.describe_main(parser)
     for name, command in sub.choices.items():
         cli_help.describe(name, command)
     return parser
+
+
+def _since(text: str) -> datetime:
+    try:
+        return tail_consumer.parse_since(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,33 +135,43 @@ def _reader_went_away() -> int:
     return SIGPIPE_EXIT
 
 
+PROCESSES = {
+    "up": commands.up,
+    "gateway": commands.gateway,
+    "worker": commands.worker,
+    "sweeper": commands.sweeper,
+    "relay": commands.relay,
+    "projector": commands.projector,
+}
+"""The long-running commands: each runs until SIGINT/SIGTERM."""
+
+
+def _tail(args: argparse.Namespace, settings: Settings) -> int:
+    start = tail_consumer.Start(from_start=args.from_start, since=args.since)
+    return commands.tail(settings, tenant=args.tenant, task_id=args.task, start=start, as_json=args.json)
+
+
+ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "projections": lambda args, settings: commands.projections(settings, args.action),
+    "history": lambda args, settings: commands.history(
+        settings, args.task_id, as_json=args.json, archive=args.archive
+    ),
+    "archive": lambda args, settings: commands.archive(settings, args.to),
+    "tail": _tail,
+    "skills": lambda _, settings: commands.skills(settings),
+    "migrate": lambda _, settings: commands.migrate(settings),
+}
+"""The commands that do one thing and exit with its status."""
+
+
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    match args.command:
-        case "up":
-            asyncio.run(commands.up(settings))
-        case "gateway":
-            asyncio.run(commands.gateway(settings))
-        case "worker":
-            asyncio.run(commands.worker(settings))
-        case "sweeper":
-            asyncio.run(commands.sweeper(settings))
-        case "relay":
-            asyncio.run(commands.relay(settings))
-        case "projector":
-            asyncio.run(commands.projector(settings))
-        case "projections":
-            return commands.projections(settings, args.action)
-        case "fake-iam":
-            asyncio.run(commands.fake_iam(args.host, args.port))
-        case "history":
-            return commands.history(settings, args.task_id, as_json=args.json, archive=args.archive)
-        case "archive":
-            return commands.archive(settings, args.to)
-        case "skills":
-            return commands.skills(settings)
-        case "migrate":
-            return commands.migrate(settings)
-    return 0
+    if args.command in PROCESSES:
+        asyncio.run(PROCESSES[args.command](settings))
+        return 0
+    if args.command == "fake-iam":
+        asyncio.run(commands.fake_iam(args.host, args.port))
+        return 0
+    return ONE_SHOT[args.command](args, settings)
 
 
 if __name__ == "__main__":

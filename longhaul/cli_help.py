@@ -64,7 +64,7 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " leads (it holds a PostgreSQL advisory lock); others wait as standbys and take over within"
             " about a second."
         ),
-        ("database_url", "nats_url", "nats_stream", "nats_subject_prefix"),
+        ("database_url", "nats_url", "nats_stream", "nats_subject_prefix", "nats_max_age", "nats_replicas"),
     ),
     "projector": (
         (
@@ -110,6 +110,16 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " does. Format: docs/operations.md, Archive."
         ),
         ("database_url", "database_schema", "data_dir"),
+    ),
+    "tail": (
+        (
+            "Print task events live from NATS until Ctrl-C, one line each: time, tenant, task, version,"
+            " type and the start of the body (--json: each message's JSON). New events only, unless"
+            " --from-start or --since. --tenant and --task filter by subject. An ordered, ephemeral"
+            " JetStream consumer: an example for analytics consumers (longhaul/tail.py). Uses"
+            " LONGHAUL_NATS_URL; unset, the NATS of a running `longhaul up` in LONGHAUL_DATA_DIR."
+        ),
+        ("nats_url", "nats_stream", "nats_subject_prefix", "data_dir"),
     ),
     "skills": (
         (

@@ -26,6 +26,7 @@ from eventsourcing.persistence import OperationalError as StoreOperationalError
 from api.app import create_app
 from api.waiting import NatsWaiter
 from domain.clock import Clock
+from longhaul import tail as tail_consumer
 from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
@@ -37,7 +38,8 @@ from store.config import MemoryConfig, StoreConfig
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from workers.archive import ArchiveError, archive_expired, read_archive
-from workers.relay import Relay, RelayUnavailableError
+from workers.metrics import WorkerMetrics
+from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.worker import Worker
@@ -113,7 +115,11 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
 
 @contextlib.asynccontextmanager
 async def _gateway_app(
-    settings: Settings, store: TaskApplication, clock: Clock, port: int
+    settings: Settings,
+    store: TaskApplication,
+    clock: Clock,
+    port: int,
+    worker_metrics: WorkerMetrics | None = None,
 ) -> AsyncIterator[Any]:
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
 
@@ -140,6 +146,8 @@ async def _gateway_app(
             max_pause=settings.max_pause,
             public_url=wiring.public_url(settings, port),
             waiter=waiter,
+            relay_stream=settings.nats_stream if settings.store == "postgres" else None,
+            process_metrics=worker_metrics.registry if worker_metrics is not None else None,
         )
     finally:
         if client is not None:
@@ -227,8 +235,11 @@ async def worker(settings: Settings) -> None:
         store.close()
 
 
-async def _worker(settings: Settings, store: TaskApplication, stop: asyncio.Event) -> None:
+async def _worker(
+    settings: Settings, store: TaskApplication, stop: asyncio.Event, metrics: WorkerMetrics | None = None
+) -> None:
     process = Worker(
+        metrics=metrics,
         store=store,
         registry=wiring.build_registry(settings),
         clock=wiring.system_clock(settings),
@@ -271,14 +282,14 @@ async def relay(settings: Settings) -> None:
     names = _names(settings)
     store = _open_store(settings)
     try:
-        await _relay(store, names).run(stop)
+        await _relay(store, names, wiring.stream_limits(settings)).run(stop)
     finally:
         store.close()
 
 
-def _relay(store: TaskApplication, names: Any) -> Relay:
+def _relay(store: TaskApplication, names: Any, limits: StreamLimits) -> Relay:
     try:
-        return Relay(store=store, names=names)
+        return Relay(store=store, names=names, limits=limits)
     except RelayUnavailableError as error:
         raise CommandError(str(error)) from error
 
@@ -355,16 +366,19 @@ async def up(settings: Settings) -> None:
             log.info("fake IAM at %s", settings.iam_url)
         store = _open_store(settings, pool_size=STORE_POOL_SIZE)
         try:
-            async with _gateway_app(settings, store, wiring.system_clock(settings), port) as app:
+            metrics = WorkerMetrics()  # the worker's, served by this process's gateway at /metrics
+            async with _gateway_app(settings, store, wiring.system_clock(settings), port, metrics) as app:
                 url = wiring.public_url(settings, port)
                 parts += [
                     _serve(app, gateway_sock, stop),
-                    _worker(settings, store, stop),
+                    _worker(settings, store, stop, metrics),
                     _sweeper(settings, store).run(stop),
                 ]
                 if not in_memory:
                     assert isinstance(store.config, StoreConfig)
-                    parts.append(Relay(store=store, names=wiring.nats_names(settings)).run(stop))
+                    limits = wiring.stream_limits(settings)
+                    relay_part = Relay(store=store, names=wiring.nats_names(settings), limits=limits)
+                    parts.append(relay_part.run(stop))
                     parts.append(_projector(store.config, stop))
                 _write_services_file(settings, url)
                 log.info(
@@ -438,12 +452,34 @@ def _store_for_reading(settings: Settings, command: str) -> Iterator[TaskApplica
             store.close()
 
 
-def _running_up(data_dir: Path) -> str | None:
+def _running_up(data_dir: Path, service: str = "database_url") -> str | None:
     path = data_dir / SERVICES_FILE
     if not path.exists():
         return None
-    url = json.loads(path.read_text()).get("database_url")
+    url = json.loads(path.read_text()).get(service)
     return url if isinstance(url, str) else None
+
+
+def tail(settings: Settings, **options: Any) -> int:
+    """Print live events from NATS (``longhaul/tail.py``): at LONGHAUL_NATS_URL, else a running ``up``'s."""
+    if settings.nats_url is None:
+        running = _running_up(settings.data_dir, "nats_url")
+        if running is None:
+            raise CommandError(
+                f"LONGHAUL_NATS_URL is not set and no `longhaul up` runs with data in {settings.data_dir}"
+            )
+        settings = settings.model_copy(update={"nats_url": running})
+    names = _names(settings)
+    try:
+        return asyncio.run(tail_consumer.run(names, **options))
+    except LookupError as error:
+        raise CommandError(str(error)) from error
+    except BrokenPipeError:
+        raise  # the reader left: longhaul.cli ends quietly
+    except (TimeoutError, OSError, nats.errors.NoServersError) as error:
+        raise CommandError(
+            f"cannot reach NATS at {names.url} ({error!r}); check LONGHAUL_NATS_URL"
+        ) from error
 
 
 def history(settings: Settings, task_id: UUID, *, as_json: bool, archive: Path | None = None) -> int:

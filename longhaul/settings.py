@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     nats_subject_prefix: str = Field(
         default="longhaul", description="Subjects are <prefix>.tasks.<tenant>.<task>."
     )
+    nats_max_age: timedelta = Field(
+        default=timedelta(days=7),
+        description="How long the stream keeps an event (the log keeps every event for good).",
+    )
+    nats_replicas: int = Field(default=1, ge=1, le=5, description="Copies of the stream in a NATS cluster.")
     host: str = Field(default="127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(default=8080, ge=0, le=65535, description="Port the gateway listens on.")
     public_url: str | None = Field(default=None, description="Base URL clients reach the gateway at.")
@@ -103,7 +108,7 @@ class Settings(BaseSettings):
             raise ValueError("must be non-empty and contain no spaces, '*' or '>'")
         return value
 
-    @field_validator("max_pause", "retention", mode="before")
+    @field_validator("max_pause", "retention", "nats_max_age", mode="before")
     @classmethod
     def _seconds_as_number(cls, value: object) -> object:
         """Accept a bare number of seconds (``3600``) besides ISO 8601 (``P7D``, ``PT1H``)."""
@@ -114,7 +119,7 @@ class Settings(BaseSettings):
                 return value
         return value
 
-    @field_validator("max_pause", "retention")
+    @field_validator("max_pause", "retention", "nats_max_age")
     @classmethod
     def _check_positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

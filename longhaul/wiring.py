@@ -15,6 +15,7 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
 from store.retention import RetentionPolicy
+from workers.relay import StreamLimits
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
 from workers.worker import WorkerConfig
@@ -65,6 +66,11 @@ def nats_names(settings: Settings) -> NatsNames:
     return NatsNames(
         url=settings.nats_url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix
     )
+
+
+def stream_limits(settings: Settings) -> StreamLimits:
+    """The limits the relay keeps the stream at."""
+    return StreamLimits(max_age=settings.nats_max_age, replicas=settings.nats_replicas)
 
 
 def build_registry(settings: Settings) -> SkillRegistry:

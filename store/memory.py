@@ -116,6 +116,13 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         rows.sort(key=lambda r: r.updated_at)
         return [r.task_id for r in rows[:limit]]
 
+    def state_counts(self) -> dict[str, int]:
+        """``state -> task count`` of the tasks not expired."""
+        counts: dict[str, int] = {}
+        for row in self._select(lambda r: not r.expired):
+            counts[row.state] = counts.get(row.state, 0) + 1
+        return counts
+
     def row(self, task_id: UUID) -> RunQueueRow | None:
         """The stored row of one task."""
         with self._database_lock:

@@ -158,6 +158,13 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         )
         return [r["task_id"] for r in rows]
 
+    def state_counts(self) -> dict[str, int]:
+        """``state -> task count`` of the tasks not expired."""
+        rows = self._query(
+            "SELECT state, count(*) AS n FROM {schema}.{table} WHERE NOT expired GROUP BY state", ()
+        )
+        return {r["state"]: r["n"] for r in rows}
+
     def row(self, task_id: UUID) -> RunQueueRow | None:
         """The stored row of one task."""
         rows = self._query("SELECT * FROM {schema}.{table} WHERE task_id = %s", (task_id,))

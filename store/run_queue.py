@@ -112,6 +112,10 @@ class RunQueue(Protocol):
         """Some non-terminal tasks pinned to ``skill`` at ``version``, least recently changed first."""
         ...
 
+    def state_counts(self) -> dict[str, int]:
+        """``state -> task count`` of the tasks not expired, for the states some task is in (metrics)."""
+        ...
+
     def row(self, task_id: UUID) -> RunQueueRow | None:
         """The stored row of one task."""
         ...

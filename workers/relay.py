@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -45,10 +48,32 @@ def header_size(headers: dict[str, str]) -> int:
     return len("NATS/1.0\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 2
 
 
-async def ensure_stream(js: Any, names: NatsNames) -> None:
-    """Create the deployment's stream if it does not exist."""
+@dataclass(frozen=True)
+class StreamLimits:
+    """The limits the relay keeps the stream at (``LONGHAUL_NATS_MAX_AGE``, ``LONGHAUL_NATS_REPLICAS``).
+
+    Events older than ``max_age`` leave the stream only: the log keeps every event.
+    """
+
+    max_age: timedelta = timedelta(days=7)
+    replicas: int = 1
+
+
+def _nanoseconds(seconds: float | None) -> int:
+    """A stream's ``max_age`` as the server keeps it (0 and unset: no limit)."""
+    return round((seconds or 0) * 1e9)
+
+
+async def ensure_stream(js: Any, names: NatsNames, limits: StreamLimits | None = None) -> None:
+    """Create the deployment's stream with ``limits``, or bring an existing one to them.
+
+    Only ``max_age`` and the replica count are compared and updated; every other part of an
+    existing stream's config (limits set with the ``nats`` CLI, say) is kept as it is.
+    """
+    limits = limits or StreamLimits()
+    max_age = limits.max_age.total_seconds()
     try:
-        await js.stream_info(names.stream)
+        info = await js.stream_info(names.stream)
     except NotFoundError:
         await js.add_stream(
             StreamConfig(
@@ -56,8 +81,24 @@ async def ensure_stream(js: Any, names: NatsNames) -> None:
                 subjects=[names.all_subjects],
                 storage=StorageType.FILE,
                 duplicate_window=DUPLICATE_WINDOW_S,
+                max_age=max_age,
+                num_replicas=limits.replicas,
             )
         )
+        log.info(
+            "stream %s: created (max_age %ss, num_replicas %d)", names.stream, f"{max_age:g}", limits.replicas
+        )
+        return
+    config = info.config
+    changes = []
+    if _nanoseconds(config.max_age) != _nanoseconds(max_age):
+        changes.append(f"max_age {(config.max_age or 0):g}s -> {max_age:g}s")
+    if (config.num_replicas or 1) != limits.replicas:
+        changes.append(f"num_replicas {config.num_replicas or 1} -> {limits.replicas}")
+    if not changes:
+        return
+    await js.update_stream(dataclasses.replace(config, max_age=max_age, num_replicas=limits.replicas))
+    log.info("stream %s: updated %s", names.stream, ", ".join(changes))
 
 
 class RelayUnavailableError(RuntimeError):
@@ -67,7 +108,9 @@ class RelayUnavailableError(RuntimeError):
 class Relay:
     """Follows the notification log and publishes to JetStream."""
 
-    def __init__(self, *, store: TaskApplication, names: NatsNames) -> None:
+    def __init__(
+        self, *, store: TaskApplication, names: NatsNames, limits: StreamLimits | None = None
+    ) -> None:
         if not isinstance(store.config, StoreConfig):
             raise RelayUnavailableError(
                 "the relay needs the store on PostgreSQL (LONGHAUL_STORE=postgres): an in-memory "
@@ -75,6 +118,7 @@ class Relay:
             )
         self.store = store
         self.names = names
+        self.limits = limits or StreamLimits()
         self._database_url = store.config.database_url
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
@@ -125,7 +169,7 @@ class Relay:
         wakeup.start()
         try:
             js = nc.jetstream()
-            await ensure_stream(js, self.names)
+            await ensure_stream(js, self.names, self.limits)
             position = await self._position(conn)
             while not stop.is_set():
                 relayed = await self.relay_batch(js, conn, position)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,6 +17,7 @@ from store.outcomes import apply_outcome
 from store.retry import Command
 from workers.context import DrainRequestedError, DurableStepContext
 from workers.lease import LeasedTask
+from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,16 @@ class RunPolicy:
 class TaskRunner:
     """Drives one task under one lease until it pauses, ends, is drained or loses the lease."""
 
-    def __init__(self, lease: LeasedTask, skill: Skill, policy: RunPolicy, draining: asyncio.Event) -> None:
+    def __init__(
+        self,
+        lease: LeasedTask,
+        skill: Skill,
+        policy: RunPolicy,
+        draining: asyncio.Event,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
         self.lease = lease
+        self.metrics = metrics
         self.skill = skill
         self.policy = policy
         self.draining = draining
@@ -66,7 +76,7 @@ class TaskRunner:
                 await self.lease.commit(self._finish_without_outcome)
                 return
             try:
-                outcome = await self._run_one(index)
+                outcome = await self._timed(index)
                 # A commit that fails for another reason than the lease (an outcome the store
                 # cannot hold, the database gone) counts as a failed attempt of the step.
                 await self.lease.commit(self._apply(index, outcome))
@@ -85,6 +95,22 @@ class TaskRunner:
             attempts = 0
             if not isinstance(outcome, Continue):
                 return
+
+    async def _timed(self, index: int) -> StepOutcome:
+        """``_run_one``, its duration observed by outcome (``error`` when the step raised)."""
+        if self.metrics is None:
+            return await self._run_one(index)
+        started = time.monotonic()
+        outcome_name = "error"
+        try:
+            outcome = await self._run_one(index)
+            outcome_name = type(outcome).__name__
+            return outcome
+        except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
+            outcome_name = "interrupted"
+            raise
+        finally:
+            self.metrics.step_ran(self.skill.name, outcome_name, time.monotonic() - started)
 
     async def _run_one(self, index: int) -> StepOutcome:
         """Run step ``index`` with lease renewal in the background."""

@@ -19,6 +19,7 @@ from store.application import TaskApplication
 from store.errors import ConflictError
 from workers.committer import Committer
 from workers.lease import LeasedTask
+from workers.metrics import WorkerMetrics
 from workers.skill_versions import check_release
 from workers.task_runner import RunPolicy, TaskRunner
 from workers.wakeup import Wakeup
@@ -49,8 +50,10 @@ class Worker:
         clock: Clock,
         config: WorkerConfig,
         policy: RunPolicy,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.registry = registry
         self.clock = clock
         self.config = config
@@ -100,6 +103,8 @@ class Worker:
         leases = await asyncio.gather(*(self._claim(task) for task in loaded.values()))
         for lease in leases:
             if lease is not None:
+                if self.metrics is not None:
+                    self.metrics.claimed(lease.task.skill)
                 self._start(lease)
         return sum(lease is not None for lease in leases)
 
@@ -136,7 +141,7 @@ class Worker:
             skill = self.registry.get(task.skill, task.skill_version)
         except UnknownSkillError:  # pragma: no cover - checked in _claim
             return
-        runner = TaskRunner(lease, skill, self.policy, self.draining)
+        runner = TaskRunner(lease, skill, self.policy, self.draining, self.metrics)
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())
         future.add_done_callback(functools.partial(self._finished, lease.task_id))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,11 @@ def test_up_in_memory_runs_tasks_without_a_database_and_keeps_nothing(folder: Pa
         wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
         task = rpc(base, "SendMessage", {"message": message})["result"]["task"]  # type: ignore[index]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        # The gateway's /metrics includes the worker's of the same process.
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert 'longhaul_tasks{state="TASK_STATE_COMPLETED"} 1.0' in metrics
+        assert 'longhaul_worker_claims_total{skill="echo"} 1.0' in metrics
     finally:
         assert _interrupt(up) == 0, (folder / "up.log").read_text()
     log = (folder / "up.log").read_text()

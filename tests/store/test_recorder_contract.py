@@ -237,6 +237,18 @@ def test_owners_and_tenants_of_existing_tasks_only(any_store: TaskApplication) -
     assert queue.tenants([]) == {}
 
 
+def test_state_counts_of_tasks_not_expired(any_store: TaskApplication) -> None:
+    assert any_store.run_queue.state_counts() == {}
+    put(any_store, state=WORKING)
+    put(any_store, state=WORKING)
+    put(any_store, state=INPUT)
+    put(any_store, state=COMPLETED)
+    put(any_store, state=COMPLETED, expired=True)  # expired: counted nowhere
+    put(any_store, state=FAILED, expired=True)
+
+    assert any_store.run_queue.state_counts() == {WORKING: 2, INPUT: 1, COMPLETED: 1}
+
+
 # ---------------------------------------------------------------------- loading and waking
 
 
@@ -329,6 +341,7 @@ def test_both_recorders_answer_alike(store: TaskApplication) -> None:
             assert memory.run_queue.live_tasks_of(skill, version, 5) == store.run_queue.live_tasks_of(
                 skill, version, 5
             )
+        assert memory.run_queue.state_counts() == store.run_queue.state_counts()
         assert memory.run_queue.owners(ids) == store.run_queue.owners(ids)
         assert memory.run_queue.tenants(ids) == store.run_queue.tenants(ids)
         assert all(memory.run_queue.row(i) == store.run_queue.row(i) for i in ids)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +21,7 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
 from tests.support.tasks import new_task
-from workers.relay import Relay, RelayUnavailableError, ensure_stream, header_size
+from workers.relay import Relay, RelayUnavailableError, StreamLimits, ensure_stream, header_size
 
 
 def _task_with_events(store: TaskApplication, tenant: str = "acme") -> Task:
@@ -222,3 +224,35 @@ def test_a_relay_over_an_in_memory_store_refuses_to_start(names: NatsNames) -> N
             Relay(store=store, names=names)
     finally:
         store.close()
+
+
+async def test_the_stream_is_created_with_its_limits_and_updated_to_new_ones(
+    names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    await ensure_stream(js, names, StreamLimits(max_age=timedelta(days=3), replicas=1))
+    info = await js.stream_info(names.stream)
+    assert info.config.max_age == timedelta(days=3).total_seconds()
+    assert info.config.num_replicas == 1
+    assert info.config.duplicate_window == 600
+
+    # Limits set by hand that the relay does not manage are kept through an update.
+    await js.update_stream(dataclasses.replace(info.config, max_msgs=1000))
+    with caplog.at_level(logging.INFO, logger="workers.relay"):
+        await ensure_stream(js, names, StreamLimits(max_age=timedelta(hours=1), replicas=1))
+    info = await js.stream_info(names.stream)
+    assert info.config.max_age == 3600
+    assert info.config.max_msgs == 1000
+    assert f"stream {names.stream}: updated max_age 259200s -> 3600s" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="workers.relay"):
+        await ensure_stream(js, names, StreamLimits(max_age=timedelta(hours=1), replicas=1))
+    assert "updated" not in caplog.text  # nothing changed: no update, no log line
+
+
+async def test_the_relay_keeps_the_stream_at_its_limits(
+    store: TaskApplication, names: NatsNames, js: JetStreamContext
+) -> None:
+    _task_with_events(store)
+    await _run_until(Relay(store=store, names=names, limits=StreamLimits(max_age=timedelta(hours=2))), 2)
+    assert (await js.stream_info(names.stream)).config.max_age == 7200

@@ -13,6 +13,7 @@ from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, Ste
 from domain.task import Task
 from store.application import TaskApplication
 from tests.support.tasks import new_task
+from workers.metrics import WorkerMetrics
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig
 
@@ -172,3 +173,32 @@ async def test_an_append_wakes_an_idle_worker_at_once(
     finally:
         stop.set()
         await running
+
+
+async def test_a_worker_counts_its_claims_and_times_its_steps(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    metrics = WorkerMetrics()
+    process = Worker(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        config=WorkerConfig(worker_id="test-worker", lease_seconds=10, concurrency=8, grace_seconds=1),
+        policy=RunPolicy(max_pause=timedelta(days=1), max_step_attempts=2, retry_backoff_s=0.01),
+        metrics=metrics,
+    )
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    fine, flaky = _submit(store, "fine"), _submit(store, "flaky")
+    await _wait_for(store, lambda: store.get(fine).is_terminal and store.get(flaky).is_terminal)
+    stop.set()
+    await running
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert sample("longhaul_worker_claims_total", skill="fine") == 1
+    assert sample("longhaul_worker_claims_total", skill="flaky") == 1
+    assert sample("longhaul_worker_step_seconds_count", skill="fine", outcome="Continue") == 1
+    assert sample("longhaul_worker_step_seconds_count", skill="fine", outcome="Complete") == 1
+    assert sample("longhaul_worker_step_seconds_count", skill="flaky", outcome="error") == 2

@@ -1,0 +1,117 @@
+"""``GET /metrics``: the gateway's view of the deployment, in the Prometheus text format.
+
+Every figure is read from the store when Prometheus scrapes (``StoreCollector``), so any gateway
+answers the same for the whole deployment: tasks by state (the run queue), the log's position, how
+far the relay and the current-task view trail it. Each app has its own ``CollectorRegistry`` (not
+the library's global one), so two apps in one process, or in one test run, never share figures.
+Counters a process keeps of itself (a worker's claims and step durations) are registered into the
+registry passed as ``extra`` — see ``workers.metrics``; they are only seen here when the worker
+runs in the gateway's process (``longhaul up``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from psycopg.sql import SQL, Identifier
+
+from domain.states import TaskState
+from projections.task_view import open_view
+from store.application import TaskApplication
+from store.postgres import PostgresRunQueueRecorder
+
+RELAY_POSITION_TABLE = "longhaul_relay_position"
+
+
+class StoreCollector(Collector):
+    """Reads the deployment's figures from the store at each scrape (a few small queries)."""
+
+    def __init__(self, store: TaskApplication, relay_stream: str | None = None) -> None:
+        self.store = store
+        self.relay_stream = relay_stream
+        self.view = open_view(store)
+
+    def collect(self) -> Iterable[Any]:
+        """The metric families, read now."""
+        tasks = GaugeMetricFamily(
+            "longhaul_tasks",
+            "Tasks by state (from the run queue; expired tasks are not counted).",
+            labels=["state"],
+        )
+        counts = self.store.run_queue.state_counts()
+        for state in TaskState:
+            tasks.add_metric([str(state)], counts.get(str(state), 0))
+        yield tasks
+        log_position = self.store.recorder.max_notification_id() or 0
+        yield GaugeMetricFamily(
+            "longhaul_log_position",
+            "The highest position (notification id) in the event log.",
+            value=log_position,
+        )
+        yield from self._relay(log_position)
+        if self.view is not None:
+            lag = self.view.lag(self.store)
+            yield GaugeMetricFamily(
+                "longhaul_projection_position",
+                "The last log position the current-task view (ListTasks) applied.",
+                value=lag.position,
+            )
+            yield GaugeMetricFamily(
+                "longhaul_projection_lag",
+                "Log positions the current-task view has not applied yet (an upper bound).",
+                value=lag.behind,
+            )
+
+    def _relay(self, log_position: int) -> Iterator[GaugeMetricFamily]:
+        recorder = self.store.recorder
+        if not isinstance(recorder, PostgresRunQueueRecorder):
+            return  # a memory store: no relay
+        statement = SQL("SELECT stream, position FROM {}.{}").format(
+            Identifier(recorder.datastore.schema), Identifier(RELAY_POSITION_TABLE)
+        )
+        with recorder.datastore.transaction(commit=False) as curs:
+            curs.execute(statement)
+            positions = {str(row["stream"]): int(row["position"]) for row in curs.fetchall()}
+        if self.relay_stream is not None:
+            positions.setdefault(self.relay_stream, 0)  # no relay has published yet
+        position = GaugeMetricFamily(
+            "longhaul_relay_position",
+            "The last log position the relay published to the stream.",
+            labels=["stream"],
+        )
+        lag = GaugeMetricFamily(
+            "longhaul_relay_lag",
+            "Log positions not yet published to the stream (an upper bound: positions can have gaps).",
+            labels=["stream"],
+        )
+        for stream, relayed in sorted(positions.items()):
+            position.add_metric([stream], relayed)
+            lag.add_metric([stream], max(0, log_position - relayed))
+        yield position
+        yield lag
+
+
+def gateway_registry(
+    store: TaskApplication, *, relay_stream: str | None = None, extra: CollectorRegistry | None = None
+) -> CollectorRegistry:
+    """A registry of this app's own: the store's figures, plus those of ``extra`` (this process's)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, relay_stream))
+    if extra is not None:
+        registry.register(_Forward(extra))
+    return registry
+
+
+class _Forward(Collector):
+    """The metrics of another registry, as part of this one."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self) -> Iterable[Any]:
+        """Every family of ``source``."""
+        return self.source.collect()

@@ -1,0 +1,112 @@
+"""``GET /metrics``: Prometheus text, with the figures of the store as it is."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import httpx
+import psycopg
+import pytest
+from litestar import Litestar
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.parser import text_string_to_metric_families
+
+from domain.states import TaskState
+from projections.task_view import projection_runner
+from store.application import TaskApplication
+from store.config import StoreConfig
+from store.run_queue import RunQueueRow
+from tests.api.support import http_client, log_position
+from tests.support.tasks import new_task
+
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+
+
+def _put(store: TaskApplication, state: TaskState, *, expired: bool = False) -> None:
+    task = new_task(NOW)
+    row = replace(RunQueueRow.of(task), state=str(state), expired=expired)
+    store.save(task, run_queue=[row])
+
+
+def _known_state(store: TaskApplication) -> None:
+    for state in (TaskState.WORKING, TaskState.WORKING, TaskState.INPUT_REQUIRED, TaskState.COMPLETED):
+        _put(store, state)
+    _put(store, TaskState.COMPLETED, expired=True)
+
+
+async def _scrape(
+    app: Litestar,
+) -> tuple[httpx.Response, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    async with http_client(app) as http:
+        response = await http.get("/metrics")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    return response, samples
+
+
+async def test_tasks_by_state_and_the_log_position(
+    store: TaskApplication, make_app: Callable[..., Litestar]
+) -> None:
+    _known_state(store)
+    response, samples = await _scrape(make_app())
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    tasks = {
+        dict(labels)["state"]: value for (name, labels), value in samples.items() if name == "longhaul_tasks"
+    }
+    assert tasks == {str(s): 0 for s in TaskState} | {
+        "TASK_STATE_WORKING": 2,
+        "TASK_STATE_INPUT_REQUIRED": 1,
+        "TASK_STATE_COMPLETED": 1,
+    }
+    assert samples[("longhaul_log_position", ())] == 5
+    # In memory there is no relay and no current-task view.
+    assert not any(name.startswith(("longhaul_relay", "longhaul_projection")) for name, _ in samples)
+
+
+async def test_metrics_of_this_process_are_included(
+    store: TaskApplication, make_app: Callable[..., Litestar]
+) -> None:
+    mine = CollectorRegistry()
+    Counter("longhaul_worker_claims", "Claims.", registry=mine).inc(3)
+    _, samples = await _scrape(make_app(process_metrics=mine))
+    assert samples[("longhaul_worker_claims_total", ())] == 3
+    # Another app's registry is its own: nothing leaks between apps (or tests).
+    _, others = await _scrape(make_app())
+    assert ("longhaul_worker_claims_total", ()) not in others
+
+
+@pytest.mark.postgres
+async def test_relay_and_projection_lag(
+    store: TaskApplication, store_config: StoreConfig, make_app: Callable[..., Litestar]
+) -> None:
+    _known_state(store)
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{store_config.schema}".longhaul_relay_position (stream, position) VALUES (%s, %s)',
+            ("OTHER", 2),
+        )
+    app = make_app(relay_stream="LONGHAUL_TASKS")
+    _, samples = await _scrape(app)
+
+    assert samples[("longhaul_tasks", (("state", "TASK_STATE_WORKING"),))] == 2
+    assert samples[("longhaul_log_position", ())] == 5
+    assert samples[("longhaul_relay_position", (("stream", "OTHER"),))] == 2
+    assert samples[("longhaul_relay_lag", (("stream", "OTHER"),))] == 3
+    # The configured stream is reported before any relay published to it.
+    assert samples[("longhaul_relay_lag", (("stream", "LONGHAUL_TASKS"),))] == 5
+    assert samples[("longhaul_projection_position", ())] == 0
+    assert samples[("longhaul_projection_lag", ())] == 5
+
+    with projection_runner(store_config) as runner:
+        await asyncio.to_thread(runner.wait, log_position(store), 20.0)
+    _, samples = await _scrape(app)
+    assert samples[("longhaul_projection_position", ())] == 5
+    assert samples[("longhaul_projection_lag", ())] == 0
