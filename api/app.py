@@ -81,6 +81,7 @@ def create_app(
     public_url: str,
     waiter: TaskWaiter | None = None,
     blocking_timeout_s: float = 600,
+    allow_private_webhooks: bool = False,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -89,6 +90,7 @@ def create_app(
     task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
     the gateway only carries it for the composition root. ListTasks reads the current-task view
     in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
+    ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
     """
     service = A2AService(
         store=store,
@@ -98,6 +100,7 @@ def create_app(
         waiter=waiter if waiter is not None else PollingWaiter(store),
         blocking_timeout_s=blocking_timeout_s,
         task_view=open_view(store),
+        allow_private_webhooks=allow_private_webhooks,
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
     state = State({"service": service, "card": card, "max_pause": max_pause})

@@ -138,6 +138,7 @@ async def _gateway_app(
             max_pause=settings.max_pause,
             public_url=wiring.public_url(settings, port),
             waiter=waiter,
+            allow_private_webhooks=settings.allow_private_webhooks,
         )
     finally:
         if client is not None:

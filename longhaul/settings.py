@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )
     retention: timedelta = Field(default=timedelta(days=30), description="Terminal tasks expire after this.")
+    allow_private_webhooks: bool = Field(
+        default=False,
+        description=(
+            "Accept push notification URLs whose host is loopback, private, link-local or otherwise"
+            " not public (tests, conformance runs, webhooks on a private network)."
+        ),
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",

@@ -183,7 +183,9 @@ class TaskApplication(Application[UUID]):
 
     # ------------------------------------------------------------------ the gateway's use cases
 
-    def submit(self, *, tenant: str, message: JSON, skill: Skill, clock: Clock) -> Task:
+    def submit(
+        self, *, tenant: str, message: JSON, skill: Skill, clock: Clock, push_config: JSON | None = None
+    ) -> Task:
         """Start a task for a client's first ``message``, or answer a resend with the task it started.
 
         The task id derives from tenant and ``messageId`` (``task_id_for``). The task is saved
@@ -196,6 +198,9 @@ class TaskApplication(Application[UUID]):
                 skill's parameters are its first ``data`` part that is an object.
             skill: The skill version the task is pinned to.
             clock: The time of the submission.
+            push_config: A push notification config (with its ``id``) to register in the same
+                commit as ``Submitted``. A resend's config is not applied: the first send's
+                commit registered it.
 
         Raises:
             TaskExpiredError: A resend of a task that expired.
@@ -214,6 +219,8 @@ class TaskApplication(Application[UUID]):
             message={**message, "taskId": str(task_id), "contextId": context_id},
             params=params_of(message),
         )
+        if push_config is not None:
+            task.set_push_config(now=task.created_on, config=push_config)
         try:
             self.save_tasks(task)
         except ConflictError:
@@ -238,8 +245,12 @@ class TaskApplication(Application[UUID]):
             raise TaskExpiredError(task_id)
         return task
 
-    def answer(self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock) -> Task:
+    def answer(
+        self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock, push_config: JSON | None = None
+    ) -> Task:
         """Append a client's answer to a paused task; it becomes runnable again.
+
+        ``push_config`` (with its ``id``) is registered, or replaced, in the same commit.
 
         Raises:
             TaskNotFoundError: See ``get_visible``.
@@ -263,6 +274,8 @@ class TaskApplication(Application[UUID]):
                 raise NotWaitingForInputError(task.id, task.state) from None
             except PauseDeadlinePassedError:
                 raise AnswerTooLateError(task.id, task.pause_deadline) from None
+            if push_config is not None:
+                task.set_push_config(now=now, config=push_config)
 
         task = self._run(receive, task_id, tenant=tenant, clock=clock)
         _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
@@ -284,7 +297,15 @@ class TaskApplication(Application[UUID]):
         return task
 
     def set_push_config(self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock) -> Task:
-        """Register or replace a push notification config (``config['id']`` is its key)."""
+        """Register or replace a push notification config (``config['id']`` is its key).
+
+        The URL is not checked here: the caller checks it first (``store.push_urls``), outside
+        the retried command, because the check resolves the host.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            TaskTerminalError: The task ended (its configs ended with it).
+        """
         return self._run(
             lambda task, now: task.set_push_config(now=now, config=config),
             task_id,
@@ -293,7 +314,12 @@ class TaskApplication(Application[UUID]):
         )
 
     def remove_push_config(self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock) -> Task:
-        """Delete a push notification config; deleting an absent one appends nothing."""
+        """Delete a push notification config; deleting an absent one appends nothing.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            TaskTerminalError: The task ended (the caller answers that nothing is left to delete).
+        """
         return self._run(
             lambda task, now: task.remove_push_config(now=now, config_id=config_id),
             task_id,

@@ -73,3 +73,7 @@ class AnswerTooLateError(ApplicationError):
             f"task {task_id} no longer waits for input: its deadline {deadline.isoformat()} passed"
         )
         self.task_id, self.deadline = task_id, deadline
+
+
+class PushUrlRefusedError(ApplicationError):
+    """A push notification URL is not http(s) with a host, or points at a non-public address."""
