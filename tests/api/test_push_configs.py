@@ -18,6 +18,7 @@ import pytest
 from litestar import Litestar
 
 from longhaul.settings import Settings
+from projections.event_json import dumps, event_message
 from store.application import TaskApplication
 from tests.api.support import A2A_HEADERS, Advance, Rpc, error_of, http_client, log_position, user_message
 
@@ -548,3 +549,16 @@ def test_the_setting_is_off_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().allow_private_webhooks is False
     monkeypatch.setenv("LONGHAUL_ALLOW_PRIVATE_WEBHOOKS", "true")
     assert Settings().allow_private_webhooks is True
+
+
+async def test_the_public_form_of_the_event_carries_no_secrets(rpc: Rpc, store: TaskApplication) -> None:
+    task_id = await _task(rpc)
+    await rpc("CreateTaskPushNotificationConfig", _config(task_id))
+
+    *_, event = store.history(UUID(task_id))
+    message = event_message(None, "default", event)
+
+    assert message["type"] == "PushConfigSet"
+    assert message["body"]["config"] == {"id": "hook-1", "url": HOOK, "authentication": {"scheme": "Bearer"}}
+    _no_secrets(json.loads(dumps(message)))
+    assert store.get(UUID(task_id)).push_configs["hook-1"]["token"] == TOKEN  # the log keeps them
