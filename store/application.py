@@ -43,6 +43,7 @@ from store.errors import (
     TaskExpiredError,
     TaskIdCollisionError,
     TaskNotFoundError,
+    TooManyPushConfigsError,
 )
 from store.locks import advisory_lock, ddl_lock_name
 from store.memory import MemoryRunQueueRecorder
@@ -66,6 +67,9 @@ TASK_ID_NAMESPACE = UUID("6f0d5b8e-3a4c-5d7e-9b1a-2c3d4e5f6a7b")
 Deriving the id from the first message's id makes a resend of that message find the task it
 created instead of creating a second one. Never change it: existing ids would stop matching.
 """
+
+MAX_PUSH_CONFIGS = 20
+"""The most push notification configs one task keeps (each is replayed with the task)."""
 
 CANCEL_REASON = "canceled by the client"
 CANCEL_TEXT = "Canceled by the client."
@@ -275,7 +279,7 @@ class TaskApplication(Application[UUID]):
             except PauseDeadlinePassedError:
                 raise AnswerTooLateError(task.id, task.pause_deadline) from None
             if push_config is not None:
-                task.set_push_config(now=now, config=push_config)
+                _set_push_config(task, now, push_config)
 
         task = self._run(receive, task_id, tenant=tenant, clock=clock)
         _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
@@ -304,13 +308,11 @@ class TaskApplication(Application[UUID]):
 
         Raises:
             TaskNotFoundError: See ``get_visible``.
+            TooManyPushConfigsError: A new id on a task that has ``MAX_PUSH_CONFIGS`` already.
             TaskTerminalError: The task ended (its configs ended with it).
         """
         return self._run(
-            lambda task, now: task.set_push_config(now=now, config=config),
-            task_id,
-            tenant=tenant,
-            clock=clock,
+            lambda task, now: _set_push_config(task, now, config), task_id, tenant=tenant, clock=clock
         )
 
     def remove_push_config(self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock) -> Task:
@@ -435,6 +437,13 @@ class TaskApplication(Application[UUID]):
                 f"{task.context_id!r}, not {context_id!r}"
             )
         return task
+
+
+def _set_push_config(task: Task, now: datetime, config: JSON) -> None:
+    """Register or replace ``config`` on ``task``, within ``MAX_PUSH_CONFIGS``."""
+    if config.get("id") not in task.push_configs and len(task.push_configs) >= MAX_PUSH_CONFIGS:
+        raise TooManyPushConfigsError(task.id, MAX_PUSH_CONFIGS)
+    task.set_push_config(now=now, config=config)
 
 
 def _lifecycle(task: Task, text: str, *args: object, **fields: object) -> None:

@@ -19,7 +19,7 @@ from litestar import Litestar
 
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
-from store.application import TaskApplication
+from store.application import MAX_PUSH_CONFIGS, TaskApplication
 from tests.api.support import A2A_HEADERS, Advance, Rpc, error_of, http_client, log_position, user_message
 
 JSON = dict[str, Any]
@@ -562,3 +562,33 @@ async def test_the_public_form_of_the_event_carries_no_secrets(rpc: Rpc, store: 
     assert message["body"]["config"] == {"id": "hook-1", "url": HOOK, "authentication": {"scheme": "Bearer"}}
     _no_secrets(json.loads(dumps(message)))
     assert store.get(UUID(task_id)).push_configs["hook-1"]["token"] == TOKEN  # the log keeps them
+
+
+async def test_a_task_keeps_at_most_max_push_configs(
+    rpc: Rpc, store: TaskApplication, advance: Advance
+) -> None:
+    task_id = await _task(rpc)
+    for n in range(MAX_PUSH_CONFIGS):
+        assert (await rpc("CreateTaskPushNotificationConfig", _config(task_id, f"c{n:02d}")))["result"]
+    before = log_position(store)
+
+    one_more = await rpc("CreateTaskPushNotificationConfig", _config(task_id, "one-more"))
+    advance.ask(UUID(task_id))
+    answer_with_one_more = await rpc(
+        "SendMessage",
+        {
+            "message": user_message("yes", taskId=task_id),
+            "configuration": {"returnImmediately": True, "taskPushNotificationConfig": {"url": HOOK}},
+        },
+    )
+    replaced = await rpc("CreateTaskPushNotificationConfig", _config(task_id, "c00", url=HOOK + "/new"))
+
+    assert (
+        f"{MAX_PUSH_CONFIGS} push notification configs"
+        in error_of(one_more, -32602, "INVALID_PARAMS")["message"]
+    )
+    error_of(answer_with_one_more, -32602, "INVALID_PARAMS")
+    assert replaced["result"]["url"] == HOOK + "/new"  # a replacement is not one more
+    assert len(store.get(UUID(task_id)).push_configs) == MAX_PUSH_CONFIGS
+    assert _event_types(store, task_id)[-2:] == ["InputRequested", "PushConfigSet"]
+    assert log_position(store) == before + 3  # the lease and the pause, then the replacement
