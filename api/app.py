@@ -92,6 +92,7 @@ def create_app(
     blocking_timeout_s: float = 600,
     relay_stream: str | None = None,
     process_metrics: CollectorRegistry | None = None,
+    allow_private_webhooks: bool = False,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -102,6 +103,7 @@ def create_app(
     in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
     ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
     table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
+    ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
     """
     service = A2AService(
         store=store,
@@ -111,6 +113,7 @@ def create_app(
         waiter=waiter if waiter is not None else PollingWaiter(store),
         blocking_timeout_s=blocking_timeout_s,
         task_view=open_view(store),
+        allow_private_webhooks=allow_private_webhooks,
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)

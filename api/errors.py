@@ -133,7 +133,12 @@ def a2a_error_of(error: application.ApplicationError | application.ConflictError
     """
     if isinstance(error, application.TaskNotFoundError):  # missing, another tenant's, or expired
         return TaskNotFoundError(str(error))
-    if isinstance(error, application.ContextMismatchError):
+    if isinstance(
+        error,
+        application.ContextMismatchError
+        | application.PushUrlRefusedError
+        | application.TooManyPushConfigsError,
+    ):
         return InvalidParamsError(str(error))
     if isinstance(error, application.TaskIdCollisionError):
         return InternalError(str(error))

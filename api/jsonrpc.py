@@ -24,17 +24,20 @@ from api.errors import (
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
-    PushNotificationNotSupportedError,
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
 from api.service import A2AService
 from api.wire import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     JsonRpcRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
+    TaskPushNotificationConfig,
     parse_params,
 )
 
@@ -54,15 +57,6 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "SubscribeToTask": f"SubscribeToTask {NOT_YET} {NO_STREAMING}; poll GetTask instead",
     "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
 }
-NO_PUSH = "push notifications are not supported by this agent (capabilities.pushNotifications is false)"
-PUSH_CONFIG_METHODS = frozenset(
-    {
-        "CreateTaskPushNotificationConfig",
-        "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs",
-        "DeleteTaskPushNotificationConfig",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -182,11 +176,31 @@ async def _list_tasks(service: A2AService, params: Params) -> JSON:
     return await service.list_tasks(parse_params(ListTasksRequest, params))
 
 
+async def _create_push_config(service: A2AService, params: Params) -> JSON:
+    return await service.create_push_config(parse_params(TaskPushNotificationConfig, params))
+
+
+async def _get_push_config(service: A2AService, params: Params) -> JSON:
+    return await service.get_push_config(parse_params(GetTaskPushNotificationConfigRequest, params))
+
+
+async def _list_push_configs(service: A2AService, params: Params) -> JSON:
+    return await service.list_push_configs(parse_params(ListTaskPushNotificationConfigsRequest, params))
+
+
+async def _delete_push_config(service: A2AService, params: Params) -> JSON:
+    return await service.delete_push_config(parse_params(DeleteTaskPushNotificationConfigRequest, params))
+
+
 METHODS: dict[str, Handler] = {
     "SendMessage": _send_message,
     "GetTask": _get_task,
     "CancelTask": _cancel_task,
     "ListTasks": _list_tasks,
+    "CreateTaskPushNotificationConfig": _create_push_config,
+    "GetTaskPushNotificationConfig": _get_push_config,
+    "ListTaskPushNotificationConfigs": _list_push_configs,
+    "DeleteTaskPushNotificationConfig": _delete_push_config,
 }
 
 
@@ -196,6 +210,4 @@ async def _dispatch(service: A2AService, method: str, params: Params) -> JSON:
         return await handler(service, params)
     if method in UNSUPPORTED_METHODS:
         raise UnsupportedOperationError(UNSUPPORTED_METHODS[method])
-    if method in PUSH_CONFIG_METHODS:
-        raise PushNotificationNotSupportedError(f"{method}: {NO_PUSH}")
     raise MethodNotFoundError(f"method {method!r} not found; this agent serves A2A 1.0 methods")

@@ -1,11 +1,13 @@
-"""The gateway's A2A methods: SendMessage, GetTask, CancelTask and ListTasks, translated to the application.
+"""The gateway's A2A methods (tasks and push notification configs), translated to the application.
 
 Each method turns its wire request into one call of a ``TaskApplication`` use case (in a worker
 thread, because the store is synchronous), the use case's refusals into the A2A errors the
 specification names, and the task it returns into a wire ``Task``. The use cases themselves
 (ids, resends, retries after lost races) live in the application, not here. ListTasks reads
 the page (ids, order, count) from the current-task view (``projections.task_view``) and the
-page's tasks from the log (``TaskApplication.get_many``).
+page's tasks from the log (``TaskApplication.get_many``). The push notification config methods
+keep configs in the task's log (``PushConfigSet``, ``PushConfigRemoved``) and never read a
+config's secrets back (``push_config_to_wire``).
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from api.errors import (
     A2AError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -29,9 +30,13 @@ from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
+    TaskPushNotificationConfig,
 )
 from domain.clock import Clock
 from domain.errors import TaskTerminalError
@@ -40,7 +45,14 @@ from domain.states import INTERRUPTED, TERMINAL, TaskState
 from domain.task import Task
 from projections.task_view import PageCursor, TaskQuery, TaskViewRecorder
 from store.application import TaskApplication
-from store.errors import AnswerTooLateError, ApplicationError, ConflictError, NotWaitingForInputError
+from store.errors import (
+    AnswerTooLateError,
+    ApplicationError,
+    ConflictError,
+    NotWaitingForInputError,
+    PushUrlRefusedError,
+)
+from store.push_urls import check_push_url
 
 JSON = dict[str, Any]
 
@@ -54,10 +66,11 @@ NO_VIEW = (
 
 
 class A2AService:
-    """SendMessage, GetTask, CancelTask and ListTasks for one task application and skill registry.
+    """The A2A methods for one task application and skill registry.
 
     ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
-    ListTasks answers UnsupportedOperation.
+    ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
+    non-public addresses (``store.push_urls``).
     """
 
     def __init__(
@@ -70,8 +83,10 @@ class A2AService:
         waiter: TaskWaiter,
         blocking_timeout_s: float = 600,
         task_view: TaskViewRecorder | None = None,
+        allow_private_webhooks: bool = False,
     ) -> None:
         self._store = store
+        self._allow_private_webhooks = allow_private_webhooks
         self._view = task_view
         self._registry = registry
         self._clock = clock
@@ -80,14 +95,24 @@ class A2AService:
         self._blocking_timeout_s = blocking_timeout_s
 
     async def send_message(self, request: SendMessageRequest) -> JSON:
-        """Start a task, or answer a paused one; blocks until it settles unless asked not to."""
+        """Start a task, or answer a paused one; blocks until it settles unless asked not to.
+
+        An inline ``configuration.taskPushNotificationConfig`` is checked like a created one and
+        stored in the same commit as the task's ``Submitted`` (or the answer's ``InputReceived``).
+        """
         configuration = request.configuration
-        if configuration is not None and configuration.task_push_notification_config is not None:
-            raise PushNotificationNotSupportedError(
-                "push notifications are not supported by this agent (capabilities.pushNotifications is false)"
-            )
         tenant = request.tenant or DEFAULT_TENANT
         message = request.message
+        inline = configuration.task_push_notification_config if configuration is not None else None
+        push_config = None
+        if inline is not None:
+            if inline.task_id and inline.task_id != message.task_id:
+                field = "configuration.taskPushNotificationConfig.taskId"
+                rule = "must be empty or the message's taskId"
+                raise InvalidParamsError.with_violations(f"invalid params: {field} {rule}", [(field, rule)])
+            push_config = await self._checked_config(
+                inline, field="configuration.taskPushNotificationConfig.url"
+            )
         try:
             if message.task_id is None:
                 task = await asyncio.to_thread(
@@ -96,6 +121,7 @@ class A2AService:
                     message=message.to_json(),
                     skill=self._skill_for(request),
                     clock=self._clock,
+                    push_config=push_config,
                 )
             else:
                 task = await asyncio.to_thread(
@@ -104,6 +130,7 @@ class A2AService:
                     tenant=tenant,
                     message=message.to_json(),
                     clock=self._clock,
+                    push_config=push_config,
                 )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
@@ -178,6 +205,89 @@ class A2AService:
             "totalSize": page.total,
         }
 
+    # ------------------------------------------------------------------ push notification configs
+
+    async def create_push_config(self, request: TaskPushNotificationConfig) -> JSON:
+        """Register a webhook for a task, or replace the one with the same ``id``.
+
+        The config is kept in the task's log (``PushConfigSet``); the answer never carries its
+        ``token`` or ``authentication.credentials``.
+        """
+        if not request.task_id:
+            raise InvalidParamsError.with_violations(
+                "invalid params: taskId: field required", [("taskId", "field required")]
+            )
+        tenant = request.tenant or DEFAULT_TENANT
+        task_id = (await self._visible(request.task_id, tenant)).id  # before any DNS lookup
+        config = await self._checked_config(request, field="url")
+        try:
+            await asyncio.to_thread(
+                self._store.set_push_config, task_id, tenant=tenant, config=config, clock=self._clock
+            )
+        except TaskTerminalError as error:
+            raise UnsupportedOperationError(
+                f"task is {error.source}; a terminal task takes no new push notification configs"
+            ) from None
+        except (ApplicationError, ConflictError) as error:
+            raise a2a_error_of(error) from None
+        return push_config_to_wire(task_id, config)
+
+    async def get_push_config(self, request: GetTaskPushNotificationConfigRequest) -> JSON:
+        """One active config of a task; a missing one is TaskNotFound, as the specification lists it."""
+        task = await self._visible(request.task_id, request.tenant)
+        config = _active_configs(task).get(request.id)
+        if config is None:
+            raise TaskNotFoundError(
+                f"task {request.task_id!r} has no push notification config {request.id!r}"
+            )
+        return push_config_to_wire(task.id, config)
+
+    async def list_push_configs(self, request: ListTaskPushNotificationConfigsRequest) -> JSON:
+        """A page of a task's active configs, by id, with the next page's token (``""`` at the end)."""
+        task = await self._visible(request.task_id, request.tenant)
+        ids = sorted(_active_configs(task))
+        if request.page_token:
+            ids = [config_id for config_id in ids if config_id > request.page_token]
+        size = request.page_size or DEFAULT_PAGE_SIZE
+        page = ids[:size]
+        configs = [push_config_to_wire(task.id, task.push_configs[config_id]) for config_id in page]
+        return {"configs": configs, "nextPageToken": page[-1] if len(ids) > size else ""}
+
+    async def delete_push_config(self, request: DeleteTaskPushNotificationConfigRequest) -> JSON:
+        """Delete a config. Idempotent: an absent config, or one of an ended task, answers ``{}`` too."""
+        tenant = request.tenant or DEFAULT_TENANT
+        try:
+            await asyncio.to_thread(
+                self._store.remove_push_config,
+                _task_id(request.task_id),
+                tenant=tenant,
+                config_id=request.id,
+                clock=self._clock,
+            )
+        except TaskTerminalError:
+            pass  # a terminal task's configs ended with it: nothing is left to delete
+        except (ApplicationError, ConflictError) as error:
+            raise a2a_error_of(error) from None
+        return {}
+
+    async def _checked_config(self, config: TaskPushNotificationConfig, *, field: str) -> JSON:
+        """The config as the log keeps it (``id`` filled in), once its URL passed the SSRF guard."""
+        try:
+            await asyncio.to_thread(check_push_url, config.url, allow_private=self._allow_private_webhooks)
+        except PushUrlRefusedError as error:
+            reason = str(error)
+            raise InvalidParamsError.with_violations(f"invalid params: {reason}", [(field, reason)]) from None
+        stored = config.model_copy(update={"id": config.id or str(uuid4()), "task_id": None, "tenant": None})
+        return stored.to_json()
+
+    async def _visible(self, text: str, tenant: str | None) -> Task:
+        try:
+            return await asyncio.to_thread(
+                self._store.get_visible, _task_id(text), tenant=tenant or DEFAULT_TENANT
+            )
+        except ApplicationError as error:
+            raise a2a_error_of(error) from None
+
     # ------------------------------------------------------------------ wire in
 
     def _skill_for(self, request: SendMessageRequest) -> Skill:
@@ -206,6 +316,24 @@ class A2AService:
             await self._waiter.wait_for_change(task.id, task.version, remaining)
             task = await asyncio.to_thread(self._store.get, task.id)
         return task
+
+
+def push_config_to_wire(task_id: UUID, config: JSON) -> JSON:
+    """A stored config as a wire ``TaskPushNotificationConfig``, without its secrets.
+
+    ``token`` and ``authentication.credentials`` are left out (``authentication.scheme``
+    stays): a config is written with them and read back without them.
+    """
+    wire: JSON = {"id": config["id"], "taskId": str(task_id), "url": config["url"]}
+    authentication = config.get("authentication")
+    if isinstance(authentication, dict):
+        wire["authentication"] = {k: v for k, v in authentication.items() if k != "credentials"}
+    return wire
+
+
+def _active_configs(task: Task) -> dict[str, JSON]:
+    """A task's configs while it runs; a terminal task has none (configs last until completion)."""
+    return {} if task.is_terminal else task.push_configs
 
 
 def _task_id(text: str) -> UUID:

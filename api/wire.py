@@ -115,11 +115,33 @@ class WireTask(WireModel):
     metadata: JSON | None = None
 
 
+class AuthenticationInfo(WireModel):
+    """How the agent authenticates to a webhook: ``Authorization: {scheme} {credentials}``."""
+
+    scheme: StrictStr = Field(min_length=1)
+    credentials: StrictStr | None = None
+
+
+class TaskPushNotificationConfig(WireModel):
+    """A webhook for a task's updates; params of ``CreateTaskPushNotificationConfig``.
+
+    ``id`` is the client's, or generated when empty; ``taskId`` is required by Create and left
+    empty inline (``SendMessageConfiguration``), where the task is the message's.
+    """
+
+    url: StrictStr = Field(min_length=1)
+    id: StrictStr | None = None
+    task_id: StrictStr | None = None
+    tenant: StrictStr | None = None
+    token: StrictStr | None = None
+    authentication: AuthenticationInfo | None = None
+
+
 class SendMessageConfiguration(WireModel):
     """How the client wants SendMessage to answer."""
 
     accepted_output_modes: list[StrictStr] | None = None
-    task_push_notification_config: JSON | None = None
+    task_push_notification_config: TaskPushNotificationConfig | None = None
     history_length: int | None = Field(default=None, ge=0)
     return_immediately: bool = False
 
@@ -153,6 +175,22 @@ class CancelTaskRequest(WireModel):
 
     id: StrictStr = Field(min_length=1)
     metadata: JSON | None = None
+    tenant: StrictStr | None = None
+
+
+class GetTaskPushNotificationConfigRequest(WireModel):
+    """Params of ``GetTaskPushNotificationConfig``."""
+
+    task_id: StrictStr = Field(min_length=1)
+    id: StrictStr = Field(min_length=1)
+    tenant: StrictStr | None = None
+
+
+class DeleteTaskPushNotificationConfigRequest(WireModel):
+    """Params of ``DeleteTaskPushNotificationConfig``."""
+
+    task_id: StrictStr = Field(min_length=1)
+    id: StrictStr = Field(min_length=1)
     tenant: StrictStr | None = None
 
 
@@ -195,6 +233,15 @@ class ListTasksRequest(WireModel):
         if moment.utcoffset() is None:
             raise ValueError(f"{value!r} has no time zone; end it with Z (UTC)")
         return moment
+
+
+class ListTaskPushNotificationConfigsRequest(WireModel):
+    """Params of ``ListTaskPushNotificationConfigs``; every config fits one page (the token is ignored)."""
+
+    task_id: StrictStr = Field(min_length=1)
+    page_size: StrictInt | None = Field(default=None, ge=1, le=MAX_PAGE_SIZE)
+    page_token: StrictStr | None = None
+    tenant: StrictStr | None = None
 
 
 M = TypeVar("M", bound=WireModel)

@@ -33,7 +33,16 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " /.well-known/agent-card.json. Stateless: run any number behind a load balancer. Without NATS"
             " it serves anyway, and blocking calls poll the log."
         ),
-        ("database_url", "host", "port", "public_url", "nats_url", "default_skill", "skill_modules"),
+        (
+            "database_url",
+            "host",
+            "port",
+            "public_url",
+            "nats_url",
+            "default_skill",
+            "skill_modules",
+            "allow_private_webhooks",
+        ),
     ),
     "worker": (
         (

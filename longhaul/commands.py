@@ -148,6 +148,7 @@ async def _gateway_app(
             waiter=waiter,
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
             process_metrics=worker_metrics.registry if worker_metrics is not None else None,
+            allow_private_webhooks=settings.allow_private_webhooks,
         )
     finally:
         if client is not None:

@@ -80,6 +80,13 @@ class Settings(BaseSettings):
             ' "tenant:acme,skill:research": "P7D"}; the most specific key wins.'
         ),
     )
+    allow_private_webhooks: bool = Field(
+        default=False,
+        description=(
+            "Accept push notification URLs whose host is loopback, private, link-local or otherwise"
+            " not public (tests, conformance runs, webhooks on a private network)."
+        ),
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",

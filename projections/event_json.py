@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from domain.task import Task
+
 _ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
 
 
@@ -19,9 +21,29 @@ def iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
+SECRET_CONFIG_MEMBERS = ("token",)
+"""Members of a push config that its public form leaves out (with ``authentication.credentials``)."""
+
+
 def event_body(event: Any) -> dict[str, Any]:
-    """The event's own fields (without the envelope)."""
-    return {k: v for k, v in vars(event).items() if k not in _ENVELOPE_FIELDS}
+    """The event's own fields (without the envelope); a push config without its secrets.
+
+    ``PushConfigSet.config`` keeps a webhook's ``token`` and ``authentication.credentials`` in
+    the log for delivery; the public form (NATS, ``longhaul history``) leaves them out.
+    """
+    body = {k: v for k, v in vars(event).items() if k not in _ENVELOPE_FIELDS}
+    if isinstance(event, Task.PushConfigSet):
+        body["config"] = public_push_config(body["config"])
+    return body
+
+
+def public_push_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without ``token`` and ``authentication.credentials``."""
+    public = {k: v for k, v in config.items() if k not in SECRET_CONFIG_MEMBERS}
+    authentication = public.get("authentication")
+    if isinstance(authentication, dict):
+        public["authentication"] = {k: v for k, v in authentication.items() if k != "credentials"}
+    return public
 
 
 def event_message(position: int | None, tenant: str, event: Any) -> dict[str, Any]:

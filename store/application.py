@@ -44,6 +44,7 @@ from store.errors import (
     TaskExpiredError,
     TaskIdCollisionError,
     TaskNotFoundError,
+    TooManyPushConfigsError,
 )
 from store.locks import advisory_lock, ddl_lock_name
 from store.memory import MemoryRunQueueRecorder
@@ -68,6 +69,9 @@ TASK_ID_NAMESPACE = UUID("6f0d5b8e-3a4c-5d7e-9b1a-2c3d4e5f6a7b")
 Deriving the id from the first message's id makes a resend of that message find the task it
 created instead of creating a second one. Never change it: existing ids would stop matching.
 """
+
+MAX_PUSH_CONFIGS = 20
+"""The most push notification configs one task keeps (each is replayed with the task)."""
 
 CANCEL_REASON = "canceled by the client"
 CANCEL_TEXT = "Canceled by the client."
@@ -185,7 +189,9 @@ class TaskApplication(Application[UUID]):
 
     # ------------------------------------------------------------------ the gateway's use cases
 
-    def submit(self, *, tenant: str, message: JSON, skill: Skill, clock: Clock) -> Task:
+    def submit(
+        self, *, tenant: str, message: JSON, skill: Skill, clock: Clock, push_config: JSON | None = None
+    ) -> Task:
         """Start a task for a client's first ``message``, or answer a resend with the task it started.
 
         The task id derives from tenant and ``messageId`` (``task_id_for``). The task is saved
@@ -198,6 +204,9 @@ class TaskApplication(Application[UUID]):
                 skill's parameters are its first ``data`` part that is an object.
             skill: The skill version the task is pinned to.
             clock: The time of the submission.
+            push_config: A push notification config (with its ``id``) to register in the same
+                commit as ``Submitted``. A resend's config is not applied: the first send's
+                commit registered it.
 
         Raises:
             TaskExpiredError: A resend of a task that expired.
@@ -216,6 +225,8 @@ class TaskApplication(Application[UUID]):
             message={**message, "taskId": str(task_id), "contextId": context_id},
             params=params_of(message),
         )
+        if push_config is not None:
+            task.set_push_config(now=task.created_on, config=push_config)
         try:
             self.save_tasks(task)
         except ConflictError:
@@ -240,8 +251,12 @@ class TaskApplication(Application[UUID]):
             raise TaskExpiredError(task_id)
         return task
 
-    def answer(self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock) -> Task:
+    def answer(
+        self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock, push_config: JSON | None = None
+    ) -> Task:
         """Append a client's answer to a paused task; it becomes runnable again.
+
+        ``push_config`` (with its ``id``) is registered, or replaced, in the same commit.
 
         Raises:
             TaskNotFoundError: See ``get_visible``.
@@ -265,6 +280,8 @@ class TaskApplication(Application[UUID]):
                 raise NotWaitingForInputError(task.id, task.state) from None
             except PauseDeadlinePassedError:
                 raise AnswerTooLateError(task.id, task.pause_deadline) from None
+            if push_config is not None:
+                _set_push_config(task, now, push_config)
 
         task = self._run(receive, task_id, tenant=tenant, clock=clock)
         _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
@@ -286,16 +303,27 @@ class TaskApplication(Application[UUID]):
         return task
 
     def set_push_config(self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock) -> Task:
-        """Register or replace a push notification config (``config['id']`` is its key)."""
+        """Register or replace a push notification config (``config['id']`` is its key).
+
+        The URL is not checked here: the caller checks it first (``store.push_urls``), outside
+        the retried command, because the check resolves the host.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            TooManyPushConfigsError: A new id on a task that has ``MAX_PUSH_CONFIGS`` already.
+            TaskTerminalError: The task ended (its configs ended with it).
+        """
         return self._run(
-            lambda task, now: task.set_push_config(now=now, config=config),
-            task_id,
-            tenant=tenant,
-            clock=clock,
+            lambda task, now: _set_push_config(task, now, config), task_id, tenant=tenant, clock=clock
         )
 
     def remove_push_config(self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock) -> Task:
-        """Delete a push notification config; deleting an absent one appends nothing."""
+        """Delete a push notification config; deleting an absent one appends nothing.
+
+        Raises:
+            TaskNotFoundError: See ``get_visible``.
+            TaskTerminalError: The task ended (the caller answers that nothing is left to delete).
+        """
         return self._run(
             lambda task, now: task.remove_push_config(now=now, config_id=config_id),
             task_id,
@@ -421,6 +449,13 @@ class TaskApplication(Application[UUID]):
                 f"{task.context_id!r}, not {context_id!r}"
             )
         return task
+
+
+def _set_push_config(task: Task, now: datetime, config: JSON) -> None:
+    """Register or replace ``config`` on ``task``, within ``MAX_PUSH_CONFIGS``."""
+    if config.get("id") not in task.push_configs and len(task.push_configs) >= MAX_PUSH_CONFIGS:
+        raise TooManyPushConfigsError(task.id, MAX_PUSH_CONFIGS)
+    task.set_push_config(now=now, config=config)
 
 
 def _lifecycle(task: Task, text: str, *args: object, **fields: object) -> None:

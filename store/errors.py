@@ -77,3 +77,18 @@ class AnswerTooLateError(ApplicationError):
             f"task {task_id} no longer waits for input: its deadline {deadline.isoformat()} passed"
         )
         self.task_id, self.deadline = task_id, deadline
+
+
+class PushUrlRefusedError(ApplicationError):
+    """A push notification URL is not http(s) with a host, or points at a non-public address."""
+
+
+class TooManyPushConfigsError(ApplicationError):
+    """A task already has the most push notification configs a task may have."""
+
+    def __init__(self, task_id: UUID, limit: int) -> None:
+        super().__init__(
+            f"task {task_id} already has {limit} push notification configs, the most a task may have; "
+            "delete one or replace one (create with its id)"
+        )
+        self.task_id, self.limit = task_id, limit

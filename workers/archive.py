@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -230,7 +231,7 @@ def read_archive(path: Path) -> Archive:
             else:
                 raise ArchiveError(f"{path}: line {number} is no archive line")
             digest.update(raw)
-    except (OSError, EOFError, gzip.BadGzipFile, ValueError, KeyError, TypeError) as error:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error, ValueError, KeyError, TypeError) as error:
         raise ArchiveError(f"{path}: unreadable archive ({error})") from error
     if header is None or trailer is None:
         raise ArchiveError(f"{path}: truncated (no {'header' if header is None else 'trailer'})")

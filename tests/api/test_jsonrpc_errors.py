@@ -137,25 +137,6 @@ class TestEnvelope:
         assert "LONGHAUL_STORE=memory" in error["message"]
         assert "longhaul projector" in error["message"]
 
-    @pytest.mark.parametrize(
-        "method",
-        [
-            "CreateTaskPushNotificationConfig",
-            "GetTaskPushNotificationConfig",
-            "ListTaskPushNotificationConfigs",
-            "DeleteTaskPushNotificationConfig",
-        ],
-    )
-    async def test_push_config_methods_say_push_is_not_supported(self, rpc: Rpc, method: str) -> None:
-        error_of(await rpc(method, {"taskId": "x"}), -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
-
-    async def test_an_inline_push_config_is_refused(self, rpc: Rpc) -> None:
-        configuration = {"taskPushNotificationConfig": {"url": "https://example.com/hook"}}
-
-        response = await rpc("SendMessage", {"message": user_message(), "configuration": configuration})
-
-        error_of(response, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
-
 
 class TestParams:
     @pytest.mark.parametrize(
