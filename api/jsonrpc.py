@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
@@ -38,6 +38,7 @@ from api.wire import (
     ListTasksRequest,
     SendMessageRequest,
     TaskPushNotificationConfig,
+    WireModel,
     parse_params,
 )
 
@@ -158,49 +159,30 @@ def _envelope(document: Any) -> JsonRpcRequest:
 
 
 Handler = Callable[[A2AService, Params], Awaitable[JSON]]
+M = TypeVar("M", bound=WireModel)
 
 
-async def _send_message(service: A2AService, params: Params) -> JSON:
-    return await service.send_message(parse_params(SendMessageRequest, params))
+def _method(model: type[M], name: str) -> Handler:
+    """A JSON-RPC method: its params validated as ``model``, then ``service.<name>`` of them."""
 
+    async def handle(service: A2AService, params: Params) -> JSON:
+        use: Callable[[M], Awaitable[JSON]] = getattr(service, name)
+        return await use(parse_params(model, params))
 
-async def _get_task(service: A2AService, params: Params) -> JSON:
-    return await service.get_task(parse_params(GetTaskRequest, params))
-
-
-async def _cancel_task(service: A2AService, params: Params) -> JSON:
-    return await service.cancel_task(parse_params(CancelTaskRequest, params))
-
-
-async def _list_tasks(service: A2AService, params: Params) -> JSON:
-    return await service.list_tasks(parse_params(ListTasksRequest, params))
-
-
-async def _create_push_config(service: A2AService, params: Params) -> JSON:
-    return await service.create_push_config(parse_params(TaskPushNotificationConfig, params))
-
-
-async def _get_push_config(service: A2AService, params: Params) -> JSON:
-    return await service.get_push_config(parse_params(GetTaskPushNotificationConfigRequest, params))
-
-
-async def _list_push_configs(service: A2AService, params: Params) -> JSON:
-    return await service.list_push_configs(parse_params(ListTaskPushNotificationConfigsRequest, params))
-
-
-async def _delete_push_config(service: A2AService, params: Params) -> JSON:
-    return await service.delete_push_config(parse_params(DeleteTaskPushNotificationConfigRequest, params))
+    return handle
 
 
 METHODS: dict[str, Handler] = {
-    "SendMessage": _send_message,
-    "GetTask": _get_task,
-    "CancelTask": _cancel_task,
-    "ListTasks": _list_tasks,
-    "CreateTaskPushNotificationConfig": _create_push_config,
-    "GetTaskPushNotificationConfig": _get_push_config,
-    "ListTaskPushNotificationConfigs": _list_push_configs,
-    "DeleteTaskPushNotificationConfig": _delete_push_config,
+    "SendMessage": _method(SendMessageRequest, "send_message"),
+    "GetTask": _method(GetTaskRequest, "get_task"),
+    "CancelTask": _method(CancelTaskRequest, "cancel_task"),
+    "ListTasks": _method(ListTasksRequest, "list_tasks"),
+    "CreateTaskPushNotificationConfig": _method(TaskPushNotificationConfig, "create_push_config"),
+    "GetTaskPushNotificationConfig": _method(GetTaskPushNotificationConfigRequest, "get_push_config"),
+    "ListTaskPushNotificationConfigs": _method(ListTaskPushNotificationConfigsRequest, "list_push_configs"),
+    "DeleteTaskPushNotificationConfig": _method(
+        DeleteTaskPushNotificationConfigRequest, "delete_push_config"
+    ),
 }
 
 
