@@ -54,12 +54,19 @@ SERVICE_FIXTURES = frozenset({"database_url", "nats_url"})
 def test_kind(item: pytest.Item) -> str:
     """``process`` (starts processes), ``integration`` (PostgreSQL or NATS) or ``unit`` (neither).
 
-    Decided by folder, file and the fixtures a test uses (directly or through other fixtures),
-    so a test is a unit test exactly when it cannot reach a database, a broker or a process.
+    Decided by folder, file, the fixtures a test uses (directly or through other fixtures) and
+    whether its module imports ``subprocess``, so a test is a unit test exactly when it cannot
+    reach a database, a broker or a process.
     """
     path = Path(str(item.path)).relative_to(Path(__file__).parent)
     fixtures = set(getattr(item, "fixturenames", ()))
-    if path.parts[0] in PROCESS_FOLDERS or path.name in PROCESS_FILES or fixtures & PROCESS_FIXTURES:
+    starts_processes = "subprocess" in vars(getattr(item, "module", None) or object())
+    if (
+        path.parts[0] in PROCESS_FOLDERS
+        or path.name in PROCESS_FILES
+        or fixtures & PROCESS_FIXTURES
+        or starts_processes
+    ):
         return "process"
     callspec = getattr(item, "callspec", None)
     on_postgres = callspec is not None and callspec.params.get("any_store") == "postgres"
