@@ -27,6 +27,7 @@ import pytest
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
+from longhaul.cli import main
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from store.application import TaskApplication
@@ -224,3 +225,24 @@ def settings(
         worker_grace_seconds=2.0,
         sweep_interval_seconds=0.2,
     )
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
+) -> Callable[..., tuple[int, str, str]]:
+    """``cli(*args)`` runs ``longhaul ARGS`` on this test's schema: ``(exit code, stdout, stderr)``.
+
+    ``LONGHAUL_*`` variables of the calling shell are removed first (the suite's own stay).
+    """
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import pytest
 
 from longhaul import commands
-from longhaul.cli import main
 from projections.task_view import open_view
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, FakeClock, make_registry, user_message
-
-
-@pytest.fixture
-def cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
-) -> Any:
-    """``cli(*args)`` runs ``longhaul`` on this test's schema: ``(exit code, stdout, stderr)``."""
-    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
-    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def make_tasks(store: TaskApplication, n: int = 3) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from datetime import UTC, datetime
@@ -16,7 +15,6 @@ import pytest
 from psycopg import sql
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
-from longhaul.cli import main
 from store import migrations
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -52,24 +50,6 @@ def _versions(config: StoreConfig) -> list[tuple[int, str]]:
 
 def _all_versions() -> list[tuple[int, str]]:
     return [(m.version, m.name) for m in migrations.known()]
-
-
-@pytest.fixture
-def cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
-) -> Any:
-    """Run ``longhaul ARGS`` against this test's schema; returns (exit code, stdout, stderr)."""
-    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
-    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_the_migrations_are_numbered_without_gaps() -> None:
