@@ -32,6 +32,7 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
+from projections.subjects import server_urls
 from projections.task_view import open_view, run_projector
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
@@ -131,7 +132,9 @@ async def _gateway_app(
     if settings.nats_url is not None and settings.store == "postgres":
         try:
             # With unlimited reconnects nats-py retries the first connect forever: bound it here.
-            client = await asyncio.wait_for(nats.connect(settings.nats_url, max_reconnect_attempts=-1), 10)
+            client = await asyncio.wait_for(
+                nats.connect(server_urls(settings.nats_url), max_reconnect_attempts=-1), 10
+            )
             waiter = NatsWaiter(client, wiring.nats_names(settings), store)
         except Exception as error:  # noqa: BLE001 - serve anyway; blocking calls poll the log
             log.warning(
