@@ -10,6 +10,8 @@ submissions go on. Then:
 - a durable consumer connected to a node that survives, reading and acking throughout, received
   every event once, in position order;
 - the stream is still at three replicas, led by a surviving node.
+
+And a relay given all three nodes starts and publishes while one of them is down.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -29,10 +32,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from longhaul.settings import Settings
+from projections.subjects import NatsNames
 from store.application import TaskApplication
 from tests.crash.cluster import Cluster, user_message
 from tests.support.nats_servers import NatsCluster, NatsServer
 from tests.support.processes import wait_until
+from tests.support.tasks import new_task
+from workers.relay import Relay, StreamLimits, ensure_stream
 
 TASKS = 150
 KILL_AFTER = 50
@@ -203,3 +209,33 @@ def _stream_exists(nats_cluster: NatsCluster, stream: str) -> bool:
     except NotFoundError:
         return False
     return True
+
+
+async def test_the_relay_starts_with_a_listed_node_down(
+    store: TaskApplication, settings: Settings, tmp_path: Path
+) -> None:
+    nats_cluster = NatsCluster(tmp_path / "nats", size=3).start()
+    try:
+        names = NatsNames(
+            url=nats_cluster.url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix
+        )
+        client = await nats.connect(nats_cluster.urls)
+        await ensure_stream(client.jetstream(), names, StreamLimits(replicas=3))
+        await client.close()
+        nats_cluster.node("n1").kill()
+        store.save_tasks(new_task(datetime.now(UTC)))
+        relay = Relay(store=store, names=names, limits=StreamLimits(replicas=3))
+
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(relay.run(stop))
+        for _ in range(400):
+            if relay.published >= 1:
+                break
+            await asyncio.sleep(0.025)
+        stop.set()
+        await running
+
+        assert relay.published == 1
+        assert await _stream_positions(nats_cluster.node("n2").url, names.stream) == _log_positions(store)
+    finally:
+        nats_cluster.stop()
