@@ -29,6 +29,7 @@ import httpx
 import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from longhaul.settings import Settings
@@ -44,6 +45,7 @@ TASKS = 150
 KILL_AFTER = 50
 SUBMIT_INTERVAL_S = 0.02
 DURABLE = "analytics"
+ACK_WAIT_S = 120.0
 
 
 def _log_positions(store: TaskApplication) -> list[int]:
@@ -99,7 +101,12 @@ class DurableReader(threading.Thread):
         client = await nats.connect(self.node.url, max_reconnect_attempts=-1, dont_randomize=True)
         try:
             js: JetStreamContext = client.jetstream()
-            subscription = await js.pull_subscribe(self.subjects, durable=DURABLE, stream=self.stream)
+            # An ack lost with a dead consumer leader is redelivered after ack_wait: longer than
+            # the test, so a repeat here would be the stream's own, not a redelivery.
+            config = ConsumerConfig(ack_wait=ACK_WAIT_S)
+            subscription = await js.pull_subscribe(
+                self.subjects, durable=DURABLE, stream=self.stream, config=config
+            )
             self.created.set()
             while not self.stop.is_set():
                 try:
