@@ -11,7 +11,8 @@ submissions go on. Then:
   every event once, in position order;
 - the stream is still at three replicas, led by a surviving node.
 
-And a relay given all three nodes starts and publishes while one of them is down.
+And a relay given all three nodes starts and publishes while one of them is down; with two of
+three down it publishes nothing (no majority) and catches up from the log once one is back.
 """
 
 from __future__ import annotations
@@ -246,3 +247,44 @@ async def test_the_relay_starts_with_a_listed_node_down(
         assert await _stream_positions(nats_cluster.node("n2").url, names.stream) == _log_positions(store)
     finally:
         nats_cluster.stop()
+
+
+async def test_without_a_majority_the_relay_waits_and_catches_up_from_the_log(
+    store: TaskApplication, settings: Settings, tmp_path: Path
+) -> None:
+    nats_cluster = NatsCluster(tmp_path / "nats", size=3).start()
+    stop = asyncio.Event()
+    running = None
+    try:
+        names = NatsNames(
+            url=nats_cluster.url, stream=settings.nats_stream, subject_prefix=settings.nats_subject_prefix
+        )
+        relay = Relay(store=store, names=names, limits=StreamLimits(replicas=3))
+        running = asyncio.ensure_future(relay.run(stop))
+        store.save_tasks(new_task(datetime.now(UTC)))
+        await _until(lambda: relay.published == 1, "the first event")
+        first, second = nats_cluster.nodes[0], nats_cluster.nodes[1]
+        first.kill()
+        second.kill()
+
+        for _ in range(3):
+            store.save_tasks(new_task(datetime.now(UTC)))
+        await asyncio.sleep(1.0)
+        assert relay.published == 1, "published without a majority of the stream's replicas"
+        second.restart()
+        await _until(lambda: relay.published == 4, "the relay to catch up", seconds=30)
+
+        assert await _stream_positions(second.url, names.stream) == _log_positions(store)
+    finally:
+        stop.set()
+        if running is not None:
+            await running
+        nats_cluster.stop()
+
+
+async def _until(check: Any, what: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        await asyncio.sleep(0.025)
