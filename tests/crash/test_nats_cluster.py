@@ -9,7 +9,8 @@ submissions go on. Then:
 - the stream holds every committed event of the log exactly once, in position order;
 - a durable consumer connected to a node that survives, reading and acking throughout, received
   every event once, in position order;
-- the stream is still at three replicas, led by a surviving node.
+- the stream is still at three replicas, led by a surviving node;
+- every message the consumer received is valid under the message schema.
 
 And a relay given all three nodes starts and publishes while one of them is down; with two of
 three down it publishes nothing (no majority) and catches up from the log once one is back.
@@ -27,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+import jsonschema
 import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -34,6 +36,7 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from longhaul.settings import Settings
+from projections.event_message import json_schema
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from tests.crash.cluster import Cluster, user_message
@@ -89,10 +92,15 @@ class DurableReader(threading.Thread):
     def __init__(self, node: NatsServer, stream: str, subjects: str) -> None:
         super().__init__(daemon=True)
         self.node, self.stream, self.subjects = node, stream, subjects
-        self.positions: list[int] = []
+        self.messages: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.created = threading.Event()
         self.stop = threading.Event()
+
+    @property
+    def positions(self) -> list[int]:
+        """The ``position`` of every message received, in the order received."""
+        return [int(m["position"]) for m in self.messages]
 
     def run(self) -> None:
         asyncio.run(self._read())
@@ -119,7 +127,7 @@ class DurableReader(threading.Thread):
                     await asyncio.sleep(0.2)
                     continue
                 for message in messages:
-                    self.positions.append(int(json.loads(message.data)["position"]))
+                    self.messages.append(json.loads(message.data))
                     await message.ack()
         finally:
             await client.close()
@@ -193,6 +201,8 @@ def test_a_nats_node_killed_under_load_loses_and_repeats_no_event(
         in_stream = asyncio.run(_stream_positions(survivor.url, stream))
         assert in_stream == expected, "the stream does not hold the log, once each, in order"
         assert reader.positions == expected, "the durable consumer did not get every event once, in order"
+        validator = jsonschema.Draft202012Validator(json_schema())
+        assert all(validator.is_valid(m) for m in reader.messages), "a message breaks docs/events.schema.json"
         after = asyncio.run(_stream_info(survivor.url, stream))
         assert after.config.num_replicas == 3
         assert after.cluster.leader in {n.name for n in nats_cluster.alive()}
