@@ -30,6 +30,7 @@ from uuid import UUID
 import httpx
 import jsonschema
 import nats
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
@@ -66,7 +67,7 @@ def _log_positions(store: TaskApplication) -> list[int]:
 async def _stream_info(url: str, stream: str) -> Any:
     client = await nats.connect(url, max_reconnect_attempts=0)
     try:
-        return await client.jetstream().stream_info(stream)
+        return await client.jetstream(timeout=2.0).stream_info(stream)
     finally:
         await client.close()
 
@@ -158,7 +159,12 @@ def test_a_nats_node_killed_under_load_loses_and_repeats_no_event(
     stream, subjects = settings.nats_stream, f"{settings.nats_subject_prefix}.tasks.>"
     reader: DurableReader | None = None
     try:
+        # The processes start together; the relay creates the stream while the others start.
         relay = cluster.start(["relay"])
+        workers = [cluster.worker(wait=False) for _ in range(2)]
+        gateway = cluster.gateway()
+        for worker in workers:
+            cluster.wait_for_worker(worker)
         wait_until(
             lambda: _stream_exists(nats_cluster, stream),
             45,
@@ -176,8 +182,6 @@ def test_a_nats_node_killed_under_load_loses_and_repeats_no_event(
         reader = DurableReader(survivor, stream, subjects)
         reader.start()
         assert reader.created.wait(15), reader.errors
-        cluster.workers(2)
-        gateway = cluster.gateway()
 
         killed_at: list[int] = []
 
@@ -241,15 +245,13 @@ async def test_the_relay_starts_with_a_listed_node_down(
         await ensure_stream(client.jetstream(), names, StreamLimits(replicas=3))
         await client.close()
         nats_cluster.node("n1").kill()
+        await _until_async(lambda: _led_by_the_living(nats_cluster, names.stream), "a living stream leader")
         store.save_tasks(new_task(datetime.now(UTC)))
         relay = Relay(store=store, names=names, limits=StreamLimits(replicas=3))
 
         stop = asyncio.Event()
         running = asyncio.ensure_future(relay.run(stop))
-        for _ in range(400):
-            if relay.published >= 1:
-                break
-            await asyncio.sleep(0.025)
+        await _until(lambda: relay.published >= 1, "the relay to publish", seconds=20)
         stop.set()
         await running
 
@@ -272,7 +274,7 @@ async def test_without_a_majority_the_relay_waits_and_catches_up_from_the_log(
         relay = Relay(store=store, names=names, limits=StreamLimits(replicas=3))
         running = asyncio.ensure_future(relay.run(stop))
         store.save_tasks(new_task(datetime.now(UTC)))
-        await _until(lambda: relay.published == 1, "the first event")
+        await _until(lambda: relay.published == 1, "the first event", seconds=20)
         first, second = nats_cluster.nodes[0], nats_cluster.nodes[1]
         first.kill()
         second.kill()
@@ -292,7 +294,26 @@ async def test_without_a_majority_the_relay_waits_and_catches_up_from_the_log(
         nats_cluster.stop()
 
 
+async def _led_by_the_living(nats_cluster: NatsCluster, stream: str) -> bool:
+    """Whether the stream has a leader, and it is a running node (no answer while it elects one)."""
+    try:
+        info = await _stream_info(nats_cluster.alive()[0].url, stream)
+    except NatsError:
+        return False
+    return info.cluster is not None and info.cluster.leader in {n.name for n in nats_cluster.alive()}
+
+
+async def _until_async(check: Any, what: str, seconds: float = 15) -> None:
+    """Await ``check()`` until it is true; fail with ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
 async def _until(check: Any, what: str, seconds: float = 10) -> None:
+    """Poll ``check()`` until it is true; fail with ``what`` after ``seconds``."""
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
