@@ -1,4 +1,7 @@
-"""``tests/support/nats_servers.py``: a node keeps its name, port and JetStream data across a kill."""
+"""``tests/support/nats_servers.py``: a node keeps its port and JetStream data across a kill.
+
+Clusters (``NatsCluster``) are exercised by ``tests/crash/test_nats_cluster.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from pathlib import Path
 import nats
 from nats.js.api import StreamConfig
 
-from tests.support.nats_servers import NatsCluster, NatsServer
+from tests.support.nats_servers import NatsServer
 
 
 async def test_a_killed_server_restarts_with_its_port_and_its_stream(tmp_path: Path) -> None:
@@ -31,15 +34,3 @@ async def test_a_killed_server_restarts_with_its_port_and_its_stream(tmp_path: P
         assert info.state.messages == 1
     finally:
         server.stop()
-
-
-def test_a_cluster_elects_a_meta_leader_among_the_living(tmp_path: Path) -> None:
-    with NatsCluster(tmp_path / "nats", size=3) as cluster:
-        assert len(cluster.urls) == 3
-        assert cluster.url == ",".join(cluster.urls)
-        leader = cluster.wait_for_meta_leader()
-
-        cluster.node(leader).kill()
-
-        assert cluster.wait_for_meta_leader() in {n.name for n in cluster.alive()} - {leader}
-        assert len(cluster.alive()) == 2
