@@ -11,7 +11,8 @@ JetStream data::
         cluster.node("n2").restart()
 
 A single server for NATS-restart tests is ``NatsServer(tmp_path / "nats")`` (``start()``,
-``stop()``, ``kill()``, ``restart()``). Readiness and the meta leader are read from each
+``stop()``, ``kill()``, ``restart()``); under ``tests/crash/`` the ``nats_cluster`` fixture
+gives a started three-node cluster. Readiness and the meta leader are read from each
 server's monitoring endpoint (``/healthz``, ``/jsz``).
 """
 
