@@ -10,6 +10,7 @@ from uuid import UUID
 from litestar import Litestar
 
 from api.waiting import PollingWaiter
+from domain.task import Task
 from store.application import TaskApplication
 from tests.api.support import Advance, Rpc, http_client, task_id_for, user_message
 
@@ -24,7 +25,7 @@ async def test_returns_at_the_timeout_when_nothing_changes(rpc: Rpc, store: Task
     task_id = await _submitted(rpc, "idle")
     started = time.monotonic()
 
-    await PollingWaiter(store).wait_for_change(task_id, 1, timeout=0.3)
+    await PollingWaiter(store).wait_for_change(store.get(task_id), timeout=0.3)
 
     assert 0.3 <= time.monotonic() - started < 1.0
 
@@ -33,7 +34,9 @@ async def test_returns_at_once_when_a_newer_version_exists(rpc: Rpc, store: Task
     task_id = await _submitted(rpc, "old")
     started = time.monotonic()
 
-    await PollingWaiter(store).wait_for_change(task_id, 0, timeout=5)
+    seen = store.get(task_id)
+    seen.version = 0  # as a caller that read the task before its first event would hold it
+    await PollingWaiter(store).wait_for_change(seen, timeout=5)
 
     assert time.monotonic() - started < 0.5
 
@@ -46,7 +49,7 @@ async def test_returns_soon_after_a_commit(rpc: Rpc, store: TaskApplication, adv
         await asyncio.to_thread(advance.start, task_id)
         return time.monotonic()
 
-    waited = asyncio.create_task(PollingWaiter(store).wait_for_change(task_id, 1, timeout=10))
+    waited = asyncio.create_task(PollingWaiter(store).wait_for_change(store.get(task_id), timeout=10))
     committed_at = await commit_later()
     await waited
 
@@ -59,8 +62,8 @@ class RecordingWaiter:
     def __init__(self) -> None:
         self.calls: list[tuple[UUID, int]] = []
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
-        self.calls.append((task_id, seen_version))
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109
+        self.calls.append((task.id, task.version))
         await asyncio.sleep(min(timeout, 0.05))
 
 
