@@ -1,0 +1,61 @@
+"""The relay SIGKILLed in the middle of a backlog: restarted, it leaves the stream equal to the log.
+
+Thousands of events are committed while no relay runs; a relay process starts on the backlog and
+is killed once part of it is in the stream (after publishing and before saving its position, at
+some point of a batch). The next relay republishes from its saved position: JetStream drops
+what it already holds (``Nats-Msg-Id``), so the stream holds every event once, in log order.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+
+from store.application import TaskApplication
+from tests.crash.cluster import Cluster
+from tests.support.jetstream import relayed_exactly_once, stream_count, stream_messages, wait_for_stream
+from tests.support.tasks import new_task
+
+TASKS, EVENTS_PER_TASK = 20, 100
+
+
+def _commit_backlog(store: TaskApplication) -> int:
+    now = datetime.now(UTC)
+    for _ in range(TASKS):
+        task = new_task(now)
+        task.grant_lease(worker="w", now=now, until=now + timedelta(minutes=5))
+        for i in range(EVENTS_PER_TASK - 2):
+            task.report_progress(epoch=task.lease_epoch, now=now, message={"parts": [{"text": f"{i}"}]})
+        store.save_tasks(task)
+    return TASKS * EVENTS_PER_TASK
+
+
+def test_a_relay_killed_mid_backlog_leaves_every_event_once_in_order(
+    cluster: Cluster, store: TaskApplication
+) -> None:
+    settings = cluster.settings
+    assert settings.nats_url is not None
+    total = _commit_backlog(store)
+
+    relay = cluster.start(["relay"])
+    deadline = time.monotonic() + 45
+    published = 0
+    while published < total // 3 and time.monotonic() < deadline:  # past a saved position or two
+        published = stream_count(settings.nats_url, settings.nats_stream)
+    relay.signal(signal.SIGKILL)
+    relay.popen.wait(timeout=10)
+    at_kill = stream_count(settings.nats_url, settings.nats_stream)
+    assert total // 3 <= at_kill < total, (
+        f"the relay was killed with {at_kill} of {total} events in the stream"
+    )
+
+    cluster.start(["relay"])
+    wait_for_stream(settings.nats_url, settings.nats_stream, total, timeout=60)
+    time.sleep(0.5)  # a relay that republished what the stream holds would show it now
+
+    messages = stream_messages(
+        settings.nats_url, settings.nats_stream, f"{settings.nats_subject_prefix}.tasks.>"
+    )
+    assert len(messages) == total
+    relayed_exactly_once(messages, store, settings.nats_stream)
