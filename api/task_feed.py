@@ -105,12 +105,13 @@ class FeedOrder:
         """The log's messages after the last version given, up to ``up_to`` (None: all of them)."""
         given: list[JSON] = []
         while up_to is None or self.last < up_to:
+            before = self.last
             page = await self._read_log(self.last, up_to, self._page)
             for message in page:
                 if message["version"] > self.last:
                     given.append(message)
                     self.last = message["version"]
-            if len(page) < self._page:
+            if len(page) < self._page or self.last == before:
                 break
         return given
 

@@ -5,22 +5,22 @@ a flush; JetStream: an ordered push consumer starting at the stream's next seque
 one event with ``js.publish`` as the relay does, and time set-up and publish → callback; then
 tear the subscription down. The two kinds alternate, on one connection to the local NATS.
 
-    uv run python -m bench.feed_setup [--rounds 300]
+    uv run python -m bench.feed_setup [--quick] [--rounds 300]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import time
 import uuid
+from typing import Any
 
 import nats
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bench.common import summary_ms, table
+from bench.common import base_parser, machine_info, summary_ms, table, write_results
 
 
 async def run(url: str, rounds: int) -> dict[str, dict[str, list[float]]]:
@@ -72,16 +72,18 @@ async def run(url: str, rounds: int) -> dict[str, dict[str, list[float]]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = base_parser(__doc__ or "")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--nats-url", default=os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222"))
     args = parser.parse_args()
+    if args.quick:
+        args.rounds = 60
     results = asyncio.run(run(args.nats_url, args.rounds))
     rows = []
+    payload: dict[str, Any] = {"machine": machine_info(args.database_url), "rounds": args.rounds}
     for kind, measured in results.items():
         setup, delivery = summary_ms(measured["setup"]), summary_ms(measured["delivery"])
+        payload[kind] = {"setup": setup, "delivery": delivery}
         rows.append(
             [
                 kind,
@@ -92,6 +94,7 @@ def main() -> None:
             ]
         )
     print(table(["subscription", "set-up p50 ms", "p95", "publish → callback p50 ms", "p95"], rows))
+    write_results("feed_setup", payload, args)
 
 
 if __name__ == "__main__":
