@@ -236,6 +236,7 @@ class TaskFeed:
             try:
                 message = json.loads(msg.data)
                 message["version"] = int(message["version"])
+                message["type"] = str(message["type"])
             except (ValueError, TypeError, KeyError):
                 log.warning("unreadable NATS message on %s: reading the log instead", msg.subject)
                 message = _RESYNC

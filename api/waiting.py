@@ -3,8 +3,8 @@
 The gateway never runs steps; it waits until the task may have settled and then reloads it.
 ``TaskWaiter`` is the port. ``PollingWaiter`` asks the log itself (one primary-key lookup per
 poll, with backoff) and needs nothing else: the in-memory store uses it. ``FeedWaiter`` reads
-the relay's NATS messages through the task feed and wakes only on an event that settles the
-task; ``longhaul gateway`` passes it to ``create_app`` when NATS is configured.
+the relay's NATS messages through the task feed and wakes only on an event that changes the
+task's state; ``longhaul gateway`` passes it to ``create_app`` when NATS is configured.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from api.task_feed import TaskFeed
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from store.application import TaskApplication
+
+STATE_EVENTS = frozenset(Task.states_entered())
+"""The event types that set a task's state (the domain's ``Task.states_entered``)."""
 
 SETTLING_EVENTS = frozenset(
     name for name, state in Task.states_entered().items() if state in TERMINAL or state in INTERRUPTED
@@ -67,11 +70,13 @@ class PollingWaiter:
 
 
 class FeedWaiter:
-    """Waits on the task's live feed (``api.task_feed``) for an event that settles the task.
+    """Waits on the task's live feed (``api.task_feed``) for an event that changes the task's state.
 
-    It returns only on an event whose type puts the task in a terminal or interrupted state
-    (``SETTLING_EVENTS``, from the domain's ``Task.states_entered``), so the caller reloads the
-    task once, not once per event. The feed itself reads the log on a gap, after a NATS
+    It returns only on an event whose type sets the state (``STATE_EVENTS``, from the domain's
+    ``Task.states_entered``): the caller reloads the task on those, never on a checkpoint,
+    progress or artifact. Waking on the grant too, not only on the event that settles the task,
+    lets a short task answer as soon as its end is in the log, without waiting for the relay to
+    publish it (``docs/benchmarks.md``). The feed itself reads the log on a gap, after a NATS
     reconnect and every ``fallback_poll`` seconds without a message, so a stalled relay delays
     an answer but never loses it.
     """
@@ -80,9 +85,9 @@ class FeedWaiter:
         self._feed = feed
 
     async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109
-        """Return when an event that settles ``task`` arrives, or after ``timeout`` seconds."""
+        """Return when an event that changes ``task``'s state arrives, or after ``timeout`` seconds."""
         events = self._feed.follow(task.id, task.tenant, task.version, timeout=timeout)
         async with contextlib.aclosing(events):
             async for message in events:
-                if message["type"] in SETTLING_EVENTS:
+                if message["type"] in STATE_EVENTS:
                     return

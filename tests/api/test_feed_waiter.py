@@ -1,4 +1,4 @@
-"""A blocking SendMessage waits on the task feed and wakes only on an event that settles the task."""
+"""A blocking SendMessage waits on the task feed and wakes only on an event that changes the state."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import nats
 import pytest
 
 from api.task_feed import StoreLog, TaskFeed
-from api.waiting import SETTLING_EVENTS, FeedWaiter
-from domain.states import INTERRUPTED, TERMINAL
-from domain.task import Task
+from api.waiting import FeedWaiter
 from projections.event_json import dumps
 from projections.subjects import NatsNames
 from store.application import TaskApplication
@@ -23,20 +21,7 @@ pytestmark = pytest.mark.postgres
 SLOW_POLL_S = 30.0
 
 
-def test_the_settling_events_are_those_that_enter_a_terminal_or_interrupted_state() -> None:
-    assert {
-        "Completed",
-        "Failed",
-        "Canceled",
-        "Rejected",
-        "InputRequested",
-        "AuthRequested",
-    } == SETTLING_EVENTS
-    entered = Task.states_entered()
-    assert all(entered[name] in TERMINAL | INTERRUPTED for name in SETTLING_EVENTS)
-
-
-async def test_wakes_on_the_settling_event_not_before(
+async def test_wakes_on_a_state_change_not_on_progress(
     store: TaskApplication, nats_url: str, nats_names: tuple[str, str]
 ) -> None:
     names = NatsNames(url=nats_url, stream=nats_names[0], subject_prefix=nats_names[1])
@@ -45,7 +30,8 @@ async def test_wakes_on_the_settling_event_not_before(
     publisher = await nats.connect(nats_url)
     now = datetime.now(UTC)
     task = new_task(now)
-    store.save_tasks(task)
+    task.grant_lease(worker="w", now=now, until=now + timedelta(minutes=5))
+    store.save_tasks(task)  # working, at version 2
     try:
         waiting = asyncio.ensure_future(FeedWaiter(feed).wait_for_change(task, timeout=60))
         await asyncio.sleep(0.2)
@@ -57,18 +43,24 @@ async def test_wakes_on_the_settling_event_not_before(
                 )
             await publisher.flush()
 
-        task.grant_lease(worker="w", now=now, until=now + timedelta(minutes=5))
         for i in range(3):
             task.report_progress(epoch=task.lease_epoch, now=now, message={"parts": [{"text": str(i)}]})
+            task.save_checkpoint(
+                epoch=task.lease_epoch,
+                now=now,
+                step=0,
+                checkpoint={"i": i},
+                lease_until=now + timedelta(minutes=5),
+            )
         store.save_tasks(task)
-        await publish(1)
+        await publish(2)
         await asyncio.sleep(0.3)
-        assert not waiting.done()  # working, with progress: nothing to answer yet
+        assert not waiting.done()  # progress and checkpoints leave the state as it is: no reload
 
         task.complete(epoch=task.lease_epoch, now=now, message=None)
         store.save_tasks(task)
         published = time.monotonic()
-        await publish(5)
+        await publish(8)
         await asyncio.wait_for(waiting, 10)
         assert time.monotonic() - published < SLOW_POLL_S / 3  # the message woke it, not the poll
     finally:

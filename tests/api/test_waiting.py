@@ -9,7 +9,8 @@ from uuid import UUID
 
 from litestar import Litestar
 
-from api.waiting import PollingWaiter
+from api.waiting import SETTLING_EVENTS, PollingWaiter
+from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from store.application import TaskApplication
 from tests.api.support import Advance, Rpc, http_client, task_id_for, user_message
@@ -80,3 +81,16 @@ async def test_the_app_waits_with_the_waiter_it_was_given(make_app: Callable[...
 
     assert waiter.calls
     assert set(waiter.calls) == {(task_id_for("w"), 1)}
+
+
+def test_the_settling_events_are_those_that_enter_a_terminal_or_interrupted_state() -> None:
+    assert {
+        "Completed",
+        "Failed",
+        "Canceled",
+        "Rejected",
+        "InputRequested",
+        "AuthRequested",
+    } == SETTLING_EVENTS
+    entered = Task.states_entered()
+    assert all(entered[name] in TERMINAL | INTERRUPTED for name in SETTLING_EVENTS)
