@@ -28,9 +28,9 @@ consumer to create on the server and delete again for every blocking call). An o
 consumer with a start sequence would need the stream sequence of the version to start from,
 which a caller holding only a version does not know (the set-up below asks the stream for its
 last sequence); the log answers "after version v" with one index range instead. Measured with
-``bench/feed_setup.py`` (300 rounds, local nats-server 2.9, 2 vCPU under a load average of 6-7,
-2026-12-01): set-up p50 0.47-0.62 ms for a core subscription against 2.3-2.9 ms for an ordered
-consumer, publish to callback p50 0.38-0.40 ms against 0.67-0.70 ms.
+``bench/feed_setup.py`` (300 rounds, local nats-server 2.9, 2 vCPU, load average 4,
+2026-12-01): set-up p50 0.21 ms for a core subscription against 0.95 ms for an ordered
+consumer, publish to callback p50 0.20 ms against 0.28 ms (``docs/benchmarks.md`` §6).
 """
 
 from __future__ import annotations
