@@ -82,6 +82,20 @@ def is_reference(message: JSON) -> bool:
     return message.get("body") is None and "bodyOmitted" in message
 
 
+def parse_message(data: bytes) -> JSON | None:
+    """The event message in ``data`` (an object with an integer ``version`` and a ``type``), else None."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+        return None
+    if not isinstance(message, dict):
+        return None
+    version, event_type = message.get("version"), message.get("type")
+    if isinstance(version, bool) or not isinstance(version, int) or not isinstance(event_type, str):
+        return None
+    return message
+
+
 class FeedOrder:
     """The versions a feed has given, and what to give next: in order, once, gaps from the log."""
 
@@ -233,14 +247,10 @@ class TaskFeed:
             arrived.set()
 
         async def on_message(msg: Msg) -> None:
-            try:
-                message = json.loads(msg.data)
-                message["version"] = int(message["version"])
-                message["type"] = str(message["type"])
-            except (ValueError, TypeError, KeyError):
+            message = parse_message(msg.data)
+            if message is None:
                 log.warning("unreadable NATS message on %s: reading the log instead", msg.subject)
-                message = _RESYNC
-            push(message)
+            push(_RESYNC if message is None else message)
 
         subscription = await self._client.subscribe(self._names.task_subjects(task_id), cb=on_message)
         self._followers.add(push)

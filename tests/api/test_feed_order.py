@@ -7,13 +7,15 @@ is whatever sequence Hypothesis makes up (losses, duplicates, reorderings, refer
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.task_feed import FeedOrder, is_reference
+from api.task_feed import FeedOrder, is_reference, parse_message
+from projections.event_json import dumps
 
 JSON = dict[str, Any]
 
@@ -125,3 +127,27 @@ def test_a_long_catch_up_reads_page_by_page() -> None:
 
     assert [m["version"] for m in given_] == list(range(1, 13))
     assert log.reads == [(0, None, 5), (5, None, 5), (10, None, 5)]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["version", "type", "x"]), inner)
+    ),
+    max_leaves=6,
+)
+
+
+@given(data=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_a_nats_message_is_an_event_message_or_refused_never_an_error(data: bytes) -> None:
+    message = parse_message(data)
+
+    if message is not None:
+        assert isinstance(message["version"], int)
+        assert not isinstance(message["version"], bool)
+        assert isinstance(message["type"], str)
+
+
+def test_deep_nesting_is_refused() -> None:
+    assert parse_message(b"[" * 100_000) is None
+    assert parse_message(dumps({"version": 3, "type": "Completed", "body": {}}).encode()) is not None

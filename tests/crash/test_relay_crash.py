@@ -8,13 +8,19 @@ what it already holds (``Nats-Msg-Id``), so the stream holds every event once, i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import time
 from datetime import UTC, datetime, timedelta
 
+import nats
+from nats.js.errors import NotFoundError
+
 from store.application import TaskApplication
 from tests.crash.cluster import Cluster
 from tests.support.jetstream import relayed_exactly_once, stream_count, stream_messages, wait_for_stream
+from tests.support.processes import LonghaulProcess
 from tests.support.tasks import new_task
 
 TASKS, EVENTS_PER_TASK = 20, 100
@@ -31,6 +37,22 @@ def _commit_backlog(store: TaskApplication) -> int:
     return TASKS * EVENTS_PER_TASK
 
 
+async def _kill_when_published(relay: LonghaulProcess, url: str, stream: str, count: int) -> None:
+    """SIGKILL ``relay`` as soon as ``stream`` holds ``count`` messages (one connection, tight poll)."""
+    client = await nats.connect(url)
+    js = client.jetstream()
+    deadline = time.monotonic() + 45
+    try:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(NotFoundError):
+                if (await js.stream_info(stream)).state.messages >= count:
+                    break
+            await asyncio.sleep(0.001)
+        relay.signal(signal.SIGKILL)
+    finally:
+        await client.close()
+
+
 def test_a_relay_killed_mid_backlog_leaves_every_event_once_in_order(
     cluster: Cluster, store: TaskApplication
 ) -> None:
@@ -39,11 +61,8 @@ def test_a_relay_killed_mid_backlog_leaves_every_event_once_in_order(
     total = _commit_backlog(store)
 
     relay = cluster.start(["relay"])
-    deadline = time.monotonic() + 45
-    published = 0
-    while published < total // 3 and time.monotonic() < deadline:  # past a saved position or two
-        published = stream_count(settings.nats_url, settings.nats_stream)
-    relay.signal(signal.SIGKILL)
+    # Past a saved position or two, in the middle of a batch.
+    asyncio.run(_kill_when_published(relay, settings.nats_url, settings.nats_stream, total // 3))
     relay.popen.wait(timeout=10)
     at_kill = stream_count(settings.nats_url, settings.nats_stream)
     assert total // 3 <= at_kill < total, (
