@@ -29,6 +29,7 @@ from tests.support.jetstream import (
     stream_messages,
     wait_for_stream,
 )
+from tests.support.processes import wait_until
 
 JSON = dict[str, Any]
 
@@ -87,6 +88,9 @@ def test_nats_restarts_lose_no_answer_and_no_event(
         between = [_blocking(base, "crash-noop") for _ in range(CALLS)]
         killed = _outage(own_nats, base, signal.SIGKILL)  # and a crash
         after = [_blocking(base, "crash-noop") for _ in range(CALLS)]
+
+        gateway = next(p for p in cluster.processes if p.args[0] == "gateway")
+        wait_until(lambda: gateway.log().count("NATS reconnected") >= 2, 10, "the gateway to reconnect twice")
 
         answers = before + stopped + between + killed + after
         assert [_state(r) for r in answers] == ["TASK_STATE_COMPLETED"] * len(answers)
