@@ -8,8 +8,8 @@ brings: everything, nothing, a gap, a reference, or nothing while the server is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,10 +22,10 @@ from nats.aio.client import Client
 
 from api.task_feed import StoreLog, TaskFeed
 from domain.task import Task
-from longhaul.embedded import EmbeddedNats
 from projections.event_json import dumps, reference_message
 from projections.subjects import NatsNames
 from store.application import TaskApplication
+from tests.support.jetstream import NatsServer
 from tests.support.tasks import new_task
 
 JSON = dict[str, Any]
@@ -207,19 +207,17 @@ async def test_the_timeout_ends_the_feed(
 
 
 @pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+def own_nats(tmp_path: Path) -> Iterator[NatsServer]:
     """A nats-server of this test's own, which it may stop and start (same port each time)."""
-    server = EmbeddedNats(tmp_path)
+    server = NatsServer(tmp_path / "nats")
     server.start()
     yield server
-    with contextlib.suppress(Exception):
-        server.stop()
+    server.stop(signal.SIGKILL)
 
 
 async def test_after_a_nats_restart_the_feed_reads_what_it_missed(
-    store: TaskApplication, own_nats: EmbeddedNats, nats_names: tuple[str, str]
+    store: TaskApplication, own_nats: NatsServer, nats_names: tuple[str, str]
 ) -> None:
-    assert own_nats.url is not None
     names = _names(own_nats.url, nats_names)
     log = StoreLog(store)
     feed = await TaskFeed.connect(names, log, fallback_poll=SLOW_POLL_S)
