@@ -13,10 +13,12 @@ import contextlib
 import signal
 import time
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import nats
 from nats.js.errors import NotFoundError
 
+from api.task_feed import StoreLog
 from store.application import TaskApplication
 from tests.crash.cluster import Cluster
 from tests.support.jetstream import relayed_exactly_once, stream_count, stream_messages, wait_for_stream
@@ -78,3 +80,9 @@ def test_a_relay_killed_mid_backlog_leaves_every_event_once_in_order(
     )
     assert len(messages) == total
     relayed_exactly_once(messages, store, settings.nats_stream)
+
+    # The gateway's feed reads from the log exactly what the relay published: a reader cannot
+    # tell a message caught up from the log from a live one.
+    first_task = messages[0][1]["taskId"]
+    published = [m for _, m in messages if m["taskId"] == first_task]
+    assert StoreLog(store).read(UUID(first_task), published[0]["tenant"], 0, None) == published
