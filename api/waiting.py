@@ -16,17 +16,11 @@ from typing import Protocol
 from uuid import UUID
 
 from api.task_feed import TaskFeed
-from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from store.application import TaskApplication
 
 STATE_EVENTS = frozenset(Task.states_entered())
 """The event types that set a task's state (the domain's ``Task.states_entered``)."""
-
-SETTLING_EVENTS = frozenset(
-    name for name, state in Task.states_entered().items() if state in TERMINAL or state in INTERRUPTED
-)
-"""The event types after which a blocking SendMessage answers: those entering such a state."""
 
 
 class TaskWaiter(Protocol):

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from litestar import Litestar
 
-from api.waiting import SETTLING_EVENTS, PollingWaiter
+from api.waiting import STATE_EVENTS, PollingWaiter
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from store.application import TaskApplication
@@ -83,14 +83,19 @@ async def test_the_app_waits_with_the_waiter_it_was_given(make_app: Callable[...
     assert set(waiter.calls) == {(task_id_for("w"), 1)}
 
 
-def test_the_settling_events_are_those_that_enter_a_terminal_or_interrupted_state() -> None:
+def test_the_feed_waiter_wakes_on_the_events_that_set_the_state_and_no_others() -> None:
     assert {
+        "Submitted",
+        "LeaseGranted",
+        "InputReceived",
+        "InputRequested",
+        "AuthRequested",
         "Completed",
         "Failed",
         "Canceled",
         "Rejected",
-        "InputRequested",
-        "AuthRequested",
-    } == SETTLING_EVENTS
-    entered = Task.states_entered()
-    assert all(entered[name] in TERMINAL | INTERRUPTED for name in SETTLING_EVENTS)
+    } == STATE_EVENTS
+    # Every event that settles the task is among them (the waiter cannot miss an answer).
+    settling = {name for name, state in Task.states_entered().items() if state in TERMINAL | INTERRUPTED}
+    assert settling <= STATE_EVENTS
+    assert len(settling) == 6
