@@ -313,7 +313,7 @@ class A2AService:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            await self._waiter.wait_for_change(task.id, task.version, remaining)
+            await self._waiter.wait_for_change(task, remaining)
             task = await asyncio.to_thread(self._store.get, task.id)
         return task
 

@@ -1,9 +1,10 @@
 """How a blocking SendMessage waits for its task to move on.
 
-The gateway never runs steps; it waits until the log holds a newer version of the task and then
-reloads it. ``TaskWaiter`` is the port; ``PollingWaiter`` asks the log itself (one primary-key
-lookup per poll, with backoff) and needs nothing else. A NATS-backed waiter that wakes on the
-relay's messages can be passed to ``create_app`` instead.
+The gateway never runs steps; it waits until the task may have settled and then reloads it.
+``TaskWaiter`` is the port. ``PollingWaiter`` asks the log itself (one primary-key lookup per
+poll, with backoff) and needs nothing else: the in-memory store uses it. ``FeedWaiter`` reads
+the relay's NATS messages through the task feed and wakes only on an event that changes the
+task's state; ``longhaul gateway`` passes it to ``create_app`` when NATS is configured.
 """
 
 from __future__ import annotations
@@ -14,22 +15,23 @@ import time
 from typing import Protocol
 from uuid import UUID
 
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-
-from projections.subjects import NatsNames
+from api.task_feed import TaskFeed
+from domain.task import Task
 from store.application import TaskApplication
+
+STATE_EVENTS = frozenset(Task.states_entered())
+"""The event types that set a task's state (the domain's ``Task.states_entered``)."""
 
 
 class TaskWaiter(Protocol):
-    """Waits for a task to (possibly) change.
+    """Waits for a task to (possibly) settle.
 
     ``timeout`` is an argument (not ``asyncio.timeout``) because it is part of the contract: a
     waiter returns normally at the timeout and the caller decides what to answer.
     """
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
-        """Return once the task may have a version above ``seen_version``, or after ``timeout`` s.
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109
+        """Return once the log may hold a version of ``task`` that settles it, or after ``timeout`` s.
 
         Returning early is allowed (callers reload and check); returning late is not.
         """
@@ -44,8 +46,9 @@ class PollingWaiter:
         self._first_delay = first_delay
         self._max_delay = max_delay
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
-        """Poll until a version above ``seen_version`` is committed or ``timeout`` passes."""
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109
+        """Poll until a version above ``task.version`` is committed or ``timeout`` passes."""
+        task_id, seen_version = task.id, task.version
         deadline = time.monotonic() + timeout
         delay = self._first_delay
         while not await asyncio.to_thread(self.changed, task_id, seen_version):
@@ -60,39 +63,25 @@ class PollingWaiter:
         return bool(self._store.recorder.select_events(task_id, gt=seen_version, limit=1))
 
 
-class NatsWaiter:
-    """Wakes on the relay's NATS messages for the task (commit, then notify).
+class FeedWaiter:
+    """Waits on the task's live feed (``api.task_feed``) for an event that changes the task's state.
 
-    It subscribes to the task's subjects first and then checks the log, so an event committed
-    between the caller's read and the subscription is not missed. While waiting it still looks
-    at the log every ``fallback_poll`` seconds, so a stalled relay delays an answer but never
-    loses it.
+    It returns only on an event whose type sets the state (``STATE_EVENTS``, from the domain's
+    ``Task.states_entered``): the caller reloads the task on those, never on a checkpoint,
+    progress or artifact. Waking on the grant too, not only on the event that settles the task,
+    lets a short task answer as soon as its end is in the log, without waiting for the relay to
+    publish it (``docs/benchmarks.md``). The feed itself reads the log on a gap, after a NATS
+    reconnect and every ``fallback_poll`` seconds without a message, so a stalled relay delays
+    an answer but never loses it.
     """
 
-    def __init__(
-        self, client: NatsClient, names: NatsNames, store: TaskApplication, *, fallback_poll: float = 1.0
-    ) -> None:
-        self._client = client
-        self._names = names
-        self._polling = PollingWaiter(store)
-        self._fallback_poll = fallback_poll
+    def __init__(self, feed: TaskFeed) -> None:
+        self._feed = feed
 
-    async def wait_for_change(self, task_id: UUID, seen_version: int, timeout: float) -> None:  # noqa: ASYNC109
-        """Return when a message about the task arrives, the log moved on, or ``timeout`` passes."""
-        woken = asyncio.Event()
-
-        async def wake(_: Msg) -> None:
-            woken.set()
-
-        subscription = await self._client.subscribe(self._names.task_subjects(task_id), cb=wake)
-        try:
-            deadline = time.monotonic() + timeout
-            while not await asyncio.to_thread(self._polling.changed, task_id, seen_version):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109
+        """Return when an event that changes ``task``'s state arrives, or after ``timeout`` seconds."""
+        events = self._feed.follow(task.id, task.tenant, task.version, timeout=timeout)
+        async with contextlib.aclosing(events):
+            async for message in events:
+                if message["type"] in STATE_EVENTS:
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, self._fallback_poll))
-                woken.clear()
-        finally:
-            await subscription.unsubscribe()

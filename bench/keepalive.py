@@ -4,6 +4,7 @@ Two gateways over one schema, one worker and one relay: the project's ``longhaul
 gateway with its socket made as before issue 6 (``bench.delayed_ack_gateway``: no TCP_NODELAY on
 accepted connections, so each response waits for the client's delayed ACK). Rounds alternate
 between the two (interleaved), one client (c=1), echo skill, ``returnImmediately`` and blocking.
+Besides latency it reports each gateway process's CPU time (user + system) per request.
 
     uv run python -m bench.keepalive            [--quick] [--requests 200 --rounds 5]
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.common import REPO_ROOT, base_parser, fresh_schema, machine_info, summary_ms, table, write_results
 from bench.processes import WorkerProcess, worker_env
@@ -111,6 +113,7 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {
         v: {"returnImmediately": [], "blocking": []} for v in variants
     }
+    cpu_s: dict[str, dict[str, float]] = {v: {"returnImmediately": 0.0, "blocking": 0.0} for v in variants}
     with fresh_schema(args.database_url, "keepalive") as schema:
         env = worker_env(args.database_url, schema, concurrency=8, lease_seconds=30)
         env["LONGHAUL_NATS_URL"] = os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222")
@@ -126,13 +129,16 @@ def main() -> None:
         }
         try:
             clients = {v: httpx.Client(base_url=f"http://127.0.0.1:{ports[v]}", timeout=30) for v in variants}
+            gateway_cpu = {v: psutil.Process(gateways[v].pid) for v in variants}
             for _ in range(args.rounds):
                 for mode in ("returnImmediately", "blocking"):
                     for variant, client in clients.items():  # interleaved: every round visits each
                         one_round(client, 5, immediately=mode == "returnImmediately")  # warm the connection
+                        cpu_before = sum(gateway_cpu[variant].cpu_times()[:2])
                         results[variant][mode] += one_round(
                             client, args.requests, immediately=mode == "returnImmediately"
                         )
+                        cpu_s[variant][mode] += sum(gateway_cpu[variant].cpu_times()[:2]) - cpu_before
             for client in clients.values():
                 client.close()
         finally:
@@ -162,13 +168,21 @@ def main() -> None:
                     f"{s['p95_ms']:.1f}",
                     f"{1000 / s['mean_ms']:.0f}",
                     f"{ratio:.2f}x",
+                    f"{1000 * cpu_s[variant][mode] / len(results[variant][mode]):.2f}",
                 ]
             )
         payload[mode] = {v: summary_ms(results[v][mode]) for v in variants}
+        payload[mode]["gateway_cpu_ms_per_request"] = {
+            v: 1000 * cpu_s[v][mode] / len(results[v][mode]) for v in variants
+        }
         payload[mode]["p50_ratio_to_longhaul"] = {
             v: statistics.median(results[v][mode]) / ours for v in variants
         }
-    print(table(["mode", "gateway", "p50 ms", "p95 ms", "req/s", "p50 / longhaul's"], rows))
+    print(
+        table(
+            ["mode", "gateway", "p50 ms", "p95 ms", "req/s", "p50 / longhaul's", "gateway CPU ms/req"], rows
+        )
+    )
     write_results("keepalive", payload, args)
 
 

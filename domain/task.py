@@ -74,6 +74,9 @@ class Task(Aggregate):
         lets every event below mutate the task with full type checking and no cast.
         """
 
+        enters: ClassVar[TaskState | None] = None
+        """The state the task is in after this event, for the events that set it; else None."""
+
         @override
         def apply(self, task: Task) -> None:
             """Mutate ``task``; overridden by every event that changes state."""
@@ -84,6 +87,7 @@ class Task(Aggregate):
         Its fields are the arguments of ``Task.__init__``, which sets the whole initial state.
         """
 
+        enters = TaskState.SUBMITTED
         class_version = 1
         tenant: str
         context_id: str
@@ -93,8 +97,12 @@ class Task(Aggregate):
         params: JSON
 
     class LeaseGranted(Event):
-        """A worker claimed the task. ``epoch`` increases on every grant: it is the fence."""
+        """A worker claimed the task. ``epoch`` increases on every grant: it is the fence.
 
+        Only a submitted or working task is granted a lease, so the task is working after it.
+        """
+
+        enters = TaskState.WORKING
         class_version = 1
         worker: str
         epoch: int
@@ -214,6 +222,7 @@ class Task(Aggregate):
     class InputReceived(Event):
         """An answer arrived for a paused task; the task is runnable again."""
 
+        enters = TaskState.WORKING
         class_version = 1
         message: JSON
 
@@ -399,6 +408,22 @@ class Task(Aggregate):
         pause = state.get("pause")
         if pause is not None:
             state["pause"] = Pause(deadline=pause["deadline"], on_deadline=pause["on_deadline"])
+
+    @classmethod
+    def states_entered(cls) -> dict[str, TaskState]:
+        """Event type name -> the state a task is in after that event, for the events that set one.
+
+        Every other event leaves the state as it was, so a reader of the log (or of its NATS
+        messages) knows from an event's type alone whether the task's state may have changed.
+        """
+        return {
+            name: event_class.enters
+            for name, event_class in vars(cls).items()
+            if isinstance(event_class, type)
+            and issubclass(event_class, Task.Event)
+            and not name.startswith("_")
+            and event_class.enters is not None
+        }
 
     # ------------------------------------------------------------------ creation
 

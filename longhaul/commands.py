@@ -24,7 +24,8 @@ import uvicorn
 from eventsourcing.persistence import OperationalError as StoreOperationalError
 
 from api.app import create_app
-from api.waiting import NatsWaiter
+from api.task_feed import StoreLog, TaskFeed
+from api.waiting import FeedWaiter
 from domain.clock import Clock
 from longhaul import tail as tail_consumer
 from longhaul import wiring
@@ -32,7 +33,6 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
-from projections.subjects import server_urls
 from projections.task_view import open_view, run_projector
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
@@ -127,15 +127,12 @@ async def _gateway_app(
     Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
     """
     registry = wiring.build_registry(settings)
-    client = None
+    feed = None
     waiter = None
     if settings.nats_url is not None and settings.store == "postgres":
         try:
-            # With unlimited reconnects nats-py retries the first connect forever: bound it here.
-            client = await asyncio.wait_for(
-                nats.connect(server_urls(settings.nats_url), max_reconnect_attempts=-1), 10
-            )
-            waiter = NatsWaiter(client, wiring.nats_names(settings), store)
+            feed = await TaskFeed.connect(wiring.nats_names(settings), StoreLog(store))
+            waiter = FeedWaiter(feed)
         except Exception as error:  # noqa: BLE001 - serve anyway; blocking calls poll the log
             log.warning(
                 "NATS at %s unreachable (%r): blocking calls will poll the log", settings.nats_url, error
@@ -154,8 +151,8 @@ async def _gateway_app(
             allow_private_webhooks=settings.allow_private_webhooks,
         )
     finally:
-        if client is not None:
-            await client.close()
+        if feed is not None:
+            await feed.close()
 
 
 def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:

@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg import Cursor
 from psycopg.conninfo import make_conninfo
@@ -219,6 +219,36 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             for task_id in ids
             if task_id in snapshots or task_id in events
         }
+
+    def task_notifications(
+        self, task_id: UUID, *, after: int, up_to: int | None = None, limit: int = 500
+    ) -> list[Notification]:
+        """The events of one task with versions in (``after``, ``up_to``], with their log positions.
+
+        In version order, at most ``limit`` of them: the gateway's task feed catches up from
+        here on what NATS did not bring (one primary-key range).
+        """
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                SQL(
+                    "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{}"
+                    " WHERE originator_id = %s AND originator_version > %s AND originator_version <= %s"
+                    " ORDER BY originator_version LIMIT %s"
+                ).format(Identifier(self.datastore.schema), Identifier(self.events_table_name)),
+                (task_id, after, up_to if up_to is not None else 2**62, limit),
+                prepare=True,
+            )
+            rows = curs.fetchall()
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
 
     # ------------------------------------------------------------------ archive and purge
 

@@ -45,6 +45,7 @@ durations = st.sampled_from(
 epoch_picks = st.sampled_from(["current"] * 6 + ["stale", "future", "zero"])
 step_picks = st.one_of(st.sampled_from(["next"] * 6 + ["previous", "skip"]), st.integers(-2, 12))
 
+_STATES_ENTERED = Task.states_entered()
 _FENCED_EVENTS = (
     Task.LeaseExtended,
     Task.LeaseReleased,
@@ -129,6 +130,11 @@ class TaskLifecycle(RuleBasedStateMachine):
             assert can_transition(source, task.state), f"illegal transition {source} -> {task.state}"
         for event in new:
             record_statistic(type(event).__name__)
+            entered = _STATES_ENTERED.get(type(event).__name__)
+            if entered is None:
+                assert task.state == source, f"{type(event).__name__} changed the state yet names none"
+            else:
+                assert task.state == entered, f"{type(event).__name__} left the task {task.state}"
             if source in TERMINAL:
                 assert isinstance(event, Task.Expired), f"{type(event).__name__} recorded on a {source} task"
             assert not isinstance(event, Task._PauseRequested | Task._Ended) or type(event) in _CONCRETE_BASED
