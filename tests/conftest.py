@@ -32,6 +32,7 @@ from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
+from tests.support.nats_servers import NatsServer
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
 # so that a submission's result does not depend on the draw. Failures found locally are kept in
@@ -246,3 +247,12 @@ def cli(
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server of this test's own, which it may stop, kill and start again (same port and store)."""
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    yield server
+    server.kill()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -203,15 +202,6 @@ async def test_the_timeout_ends_the_feed(
 
     assert [m["version"] for m in given] == [1]
     assert 0.5 <= time.monotonic() - started < 2.0
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[NatsServer]:
-    """A nats-server of this test's own, which it may stop and start (same port each time)."""
-    server = NatsServer(tmp_path / "nats")
-    server.start()
-    yield server
-    server.kill()
 
 
 async def test_after_a_nats_restart_the_feed_reads_what_it_missed(

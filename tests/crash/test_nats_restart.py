@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from longhaul.settings import Settings
 from store.application import TaskApplication
@@ -35,15 +32,6 @@ JSON = dict[str, Any]
 
 MAX_OUTAGE_S = 10.0
 CALLS = 4
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[NatsServer]:
-    """A nats-server of this test's own."""
-    server = NatsServer(tmp_path / "nats")
-    server.start()
-    yield server
-    server.kill()
 
 
 def _blocking(base: str, skill: str, params: JSON | None = None) -> JSON:
