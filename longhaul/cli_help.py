@@ -18,7 +18,8 @@ WIDTH = 88
 DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": (
         (
-            "Run everything in one process: the gateway, one worker, the sweeper and the relay, until"
+            "Run everything in one process: the gateway, one worker, the sweeper, the relay, the projector"
+            " and the webhook dispatcher, until"
             " Ctrl-C or SIGTERM, then stop them all (running steps drain first) and keep the data.\n"
             "With no LONGHAUL_DATABASE_URL / LONGHAUL_NATS_URL it starts an embedded PostgreSQL and NATS"
             " with their data in LONGHAUL_DATA_DIR; with no LONGHAUL_IAM_URL a fake IAM for the"
@@ -83,6 +84,35 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " LONGHAUL_STORE=memory."
         ),
         ("database_url", "database_schema"),
+    ),
+    "dispatcher": (
+        (
+            "Deliver push notifications until stopped: for every event of a task with push configs, POST"
+            " its A2A StreamResponse to each config's URL, signed (Standard Webhooks) with the tenant's"
+            " secret, retried with backoff for LONGHAUL_WEBHOOK_RETRY_FOR, in version order per task and"
+            " config. Follows a durable JetStream consumer; records every delivery and attempt in"
+            " PostgreSQL (`longhaul deliveries TASK_ID`). Run any number: each lane is claimed by one."
+            " Not with LONGHAUL_STORE=memory. See docs/webhooks.md."
+        ),
+        (
+            "database_url",
+            "nats_url",
+            "webhook_secret",
+            "webhook_secrets",
+            "webhook_retry_for",
+            "webhook_timeout_seconds",
+            "webhook_concurrency",
+            "allow_private_webhooks",
+        ),
+    ),
+    "deliveries": (
+        (
+            "Print every webhook delivery of a task (version, event, config, URL, state) and each of its"
+            " attempts (time, HTTP status, duration, outcome, error); --json: one JSON object per"
+            " delivery. 'GAVE UP' marks deliveries whose retry period ended or that the receiver"
+            " refused. Finds the database as `history` does."
+        ),
+        ("database_url", "database_schema", "data_dir"),
     ),
     "projections": (
         (
