@@ -109,10 +109,10 @@ def finished_task(
     return task
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 20.0, message: str = "") -> None:
-    """Wait until ``check()`` holds, failing after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
+async def eventually(check: Callable[[], bool], within: float = 20.0, message: str = "") -> None:
+    """Wait until ``check()`` holds, failing after ``within`` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
     while not check():
         if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out after {timeout}s: {message}", pytrace=False)
+            pytest.fail(f"timed out after {within}s: {message}", pytrace=False)
         await asyncio.sleep(0.05)
