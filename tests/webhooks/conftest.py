@@ -6,17 +6,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from domain.task import Task
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.retry import webhook_retry
-from tests.support.tasks import new_task
-from tests.webhooks.receiver import Receiver
+from tests.support.webhooks import Receiver
 from workers.dispatcher import DispatchConfig, Dispatcher
 from workers.relay import Relay
 from workers.webhook_signing import WebhookSigner, new_secret
@@ -73,40 +71,6 @@ def dispatching(store: TaskApplication, names: NatsNames, secret: str) -> Run:
             await running
 
     return run
-
-
-def finished_task(
-    store: TaskApplication,
-    url: str,
-    *,
-    tenant: str = "acme",
-    config_id: str = "cfg-1",
-    artifacts: int = 1,
-    token: str | None = "tok-1",
-) -> Task:
-    """A saved task with a push config, then working, ``artifacts`` artifacts, and completed.
-
-    Its deliveries: ``statusUpdate`` WORKING (v3), one ``artifactUpdate`` per artifact, then
-    ``statusUpdate`` COMPLETED.
-    """
-    now = datetime.now(UTC)
-    task = new_task(now, tenant=tenant)
-    config: dict[str, Any] = {
-        "id": config_id,
-        "url": url,
-        "authentication": {"scheme": "Bearer", "credentials": "s3cret"},
-    }
-    if token is not None:
-        config["token"] = token
-    task.set_push_config(now=now, config=config)
-    epoch = task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
-    for n in range(artifacts):
-        task.append_artifact(
-            epoch=epoch, now=now, artifact={"artifactId": f"a{n}", "parts": [{"text": f"part {n}"}]}
-        )
-    task.complete(epoch=epoch, now=now, message={"role": "ROLE_AGENT", "parts": [{"text": "done"}]})
-    store.save_tasks(task)
-    return task
 
 
 async def eventually(check: Callable[[], bool], within: float = 20.0, message: str = "") -> None:

@@ -1,4 +1,6 @@
-"""A webhook receiver for tests: a small real HTTP server in the test process (the edge of the world).
+"""Webhook tests' receiver and tasks.
+
+The receiver is a small real HTTP server in the test process (the edge of the world).
 
 It records every request it answers (path, headers, body, status) and answers as told: a status
 per path, an optional delay per path, and it can be taken down (connections refused) and back up
@@ -11,8 +13,13 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from domain.task import Task
+from store.application import TaskApplication
+from tests.support.tasks import new_task
 
 
 @dataclass(frozen=True)
@@ -84,3 +91,37 @@ class Receiver:
         """The requests answered with ``status`` (on ``path``), in arrival order."""
         with self._lock:
             return [r for r in self.received if r.status == status and (path is None or r.path == path)]
+
+
+def finished_task(
+    store: TaskApplication,
+    url: str,
+    *,
+    tenant: str = "acme",
+    config_id: str = "cfg-1",
+    artifacts: int = 1,
+    token: str | None = "tok-1",
+) -> Task:
+    """A saved task with a push config, then working, ``artifacts`` artifacts, and completed.
+
+    Its deliveries: ``statusUpdate`` WORKING (v3), one ``artifactUpdate`` per artifact, then
+    ``statusUpdate`` COMPLETED.
+    """
+    now = datetime.now(UTC)
+    task = new_task(now, tenant=tenant)
+    config: dict[str, Any] = {
+        "id": config_id,
+        "url": url,
+        "authentication": {"scheme": "Bearer", "credentials": "s3cret"},
+    }
+    if token is not None:
+        config["token"] = token
+    task.set_push_config(now=now, config=config)
+    epoch = task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+    for n in range(artifacts):
+        task.append_artifact(
+            epoch=epoch, now=now, artifact={"artifactId": f"a{n}", "parts": [{"text": f"part {n}"}]}
+        )
+    task.complete(epoch=epoch, now=now, message={"role": "ROLE_AGENT", "parts": [{"text": "done"}]})
+    store.save_tasks(task)
+    return task
