@@ -44,8 +44,12 @@ STATUS_MESSAGE_MEMBER = {
     "ProgressReported": "message",
     "InputRequested": "question",
     "AuthRequested": "question",
+    "Completed": "message",
+    "Failed": "message",
+    "Canceled": "message",
+    "Rejected": "message",
 }
-"""The body member holding the new status message; terminal events keep it in ``message``."""
+"""The body member holding the event's new status message (``InputReceived`` clears it)."""
 
 
 def stream_response(message: Mapping[str, Any], context_id: str) -> JSON | None:
@@ -76,7 +80,8 @@ def stream_response(message: Mapping[str, Any], context_id: str) -> JSON | None:
         state, status_message = TaskState.WORKING, None
     elif kind in STATUS_OF:
         state = STATUS_OF[kind]
-        status_message = body.get(STATUS_MESSAGE_MEMBER.get(kind, "message"))
+        member = STATUS_MESSAGE_MEMBER.get(kind)
+        status_message = body.get(member) if member is not None else None
     else:
         return None
     status: JSON = {"state": str(state), "timestamp": timestamp}
