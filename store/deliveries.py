@@ -29,6 +29,8 @@ DeliveryState = Literal["pending", "delivered", "gave_up", "refused"]
 """``pending`` (to be tried, or tried again), ``delivered`` (a 2xx), ``gave_up`` (the retry period
 passed, or the receiver refused the request), ``refused`` (the SSRF guard refused the URL)."""
 
+DELIVERY_STATES: tuple[DeliveryState, ...] = ("pending", "delivered", "gave_up", "refused")
+
 DELIVERIES = "longhaul_deliveries"
 ATTEMPTS = "longhaul_delivery_attempts"
 
