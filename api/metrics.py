@@ -97,7 +97,6 @@ class StoreCollector(Collector):
         yield position
         yield lag
 
-
     def _webhooks(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         recorder = self.store.recorder
         if not isinstance(recorder, PostgresRunQueueRecorder):

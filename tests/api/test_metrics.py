@@ -130,9 +130,10 @@ async def test_webhook_backlog_attempts_and_give_ups(
         assert await recorder.record(new, NOW) == 0  # recorded again: nothing new
         claimed = {d.config_id: d for d in await recorder.claim("me", NOW, timedelta(seconds=30), 10)}
         assert sorted(claimed) == ["a", "b", "c"]
-        for config_id, state, outcome in (("a", "delivered", "delivered"), ("b", "gave_up", "gave_up")):
-            attempt = Attempt(1, NOW, 1.0, 200 if state == "delivered" else 400, None, outcome, "me")
-            assert await recorder.finish(claimed[config_id], attempt, state=state)
+        delivered = Attempt(1, NOW, 1.0, 200, None, "delivered", "me")
+        assert await recorder.finish(claimed["a"], delivered, state="delivered")
+        refused = Attempt(1, NOW, 1.0, 400, "HTTP 400", "gave_up", "me")
+        assert await recorder.finish(claimed["b"], refused, state="gave_up")
         retry = Attempt(1, NOW, 1.0, 503, "HTTP 503", "retry", "me")
         later = NOW + timedelta(seconds=5)
         assert await recorder.finish(claimed["c"], retry, state="pending", next_attempt_at=later)
