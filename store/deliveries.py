@@ -14,8 +14,9 @@ died hands its lanes over when its leases end. Claims take the rows ``FOR UPDATE
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
@@ -92,6 +93,47 @@ class Attempt:
     dispatcher: str
 
 
+MAX_GROUP = 256
+"""The most finished attempts recorded in one transaction."""
+
+
+@dataclass
+class _Finishing:
+    """A finished attempt waiting for the group transaction that records it."""
+
+    delivery: Delivery
+    attempt: Attempt
+    state: DeliveryState
+    next_attempt_at: datetime | None
+    lease: timedelta | None
+    done: asyncio.Future[Finished] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``DeliveryRecorder.record`` did: how many deliveries were new, which it claimed."""
+
+    new: int
+    claimed: list[Delivery]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What ``DeliveryRecorder.finish`` did: whether it recorded, and the lane's next delivery it claimed."""
+
+    recorded: bool
+    next: Delivery | None
+
+    def __bool__(self) -> bool:
+        return self.recorded
+
+
 class DeliveryRecorder:
     """Records, claims and finishes deliveries in one schema (async, a small connection pool)."""
 
@@ -99,6 +141,8 @@ class DeliveryRecorder:
         self.schema = schema
         self._deliveries = sql.Identifier(schema, DELIVERIES)
         self._attempts = sql.Identifier(schema, ATTEMPTS)
+        self._finishing: list[_Finishing] = []
+        self._flusher: asyncio.Task[None] | None = None
         self._pool = AsyncConnectionPool(
             database_url, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}
         )
@@ -111,34 +155,57 @@ class DeliveryRecorder:
         """Close the pool."""
         await self._pool.close()
 
-    async def record(self, deliveries: Sequence[NewDelivery], now: datetime) -> int:
-        """Record ``deliveries`` in one transaction (due at once); returns how many were new."""
+    async def record(
+        self, deliveries: Sequence[NewDelivery], now: datetime, *, claimant: str, lease: timedelta
+    ) -> Recorded:
+        """Record ``deliveries`` in one transaction, due at once.
+
+        The first new delivery of each lane with no pending delivery yet is claimed for
+        ``claimant`` in the same insert, so that it can go out at once without a claim query.
+        Only the dispatcher that leads the intake records (``workers.dispatcher``): no one else
+        adds to a lane meanwhile.
+        """
         if not deliveries:
-            return 0
-        statement = sql.SQL(
-            "INSERT INTO {} (webhook_id, task_id, tenant, version, event_type, event_time, config_id,"
-            " url, body, created_at, next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT DO NOTHING"
-        ).format(self._deliveries)
-        rows = [
-            (
-                d.webhook_id,
-                d.task_id,
-                d.tenant,
-                d.version,
-                d.event_type,
-                d.event_time,
-                d.config_id,
-                d.url,
-                d.body,
-                now,
-                now,
-            )
-            for d in deliveries
-        ]
+            return Recorded(new=0, claimed=[])
         async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            await cursor.executemany(statement, rows, returning=False)
-            return max(cursor.rowcount, 0)
+            await cursor.execute(
+                sql.SQL(
+                    "SELECT DISTINCT task_id, config_id FROM {} WHERE state = 'pending' AND task_id = ANY(%s)"
+                ).format(self._deliveries),
+                (list({d.task_id for d in deliveries}),),
+            )
+            busy = {(row[0], row[1]) for row in await cursor.fetchall()}
+            heads: set[str] = set()
+            for d in sorted(deliveries, key=lambda d: d.version):
+                if (d.task_id, d.config_id) not in busy:
+                    busy.add((d.task_id, d.config_id))
+                    heads.add(d.webhook_id)
+            columns = list(
+                zip(
+                    *(_insert_row(d, claimant if d.webhook_id in heads else None) for d in deliveries),
+                    strict=True,
+                )
+            )
+            until = now + lease
+            await cursor.execute(
+                sql.SQL(
+                    "INSERT INTO {} (webhook_id, task_id, tenant, version, event_type, event_time, config_id,"
+                    " url, body, created_at, next_attempt_at, claimed_by, claimed_until)"
+                    " SELECT w, t, tn, v, et, tm, c, u, b, %s, %s, cb, CASE WHEN cb IS NULL THEN NULL ELSE"
+                    " %s::timestamptz END FROM unnest(%s::text[], %s::uuid[], %s::text[], %s::bigint[],"
+                    " %s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[])"
+                    " AS x(w, t, tn, v, et, tm, c, u, b, cb)"
+                    " ON CONFLICT DO NOTHING RETURNING " + _COLUMNS + ", claimed_by"
+                ).format(self._deliveries),
+                (now, now, until, *(list(column) for column in columns)),
+            )
+            rows = await cursor.fetchall()
+        names = [*_COLUMNS.split(", "), "claimed_by"]
+        inserted = [dict(zip(names, row, strict=True)) for row in rows]
+        claimed = [
+            _delivery({k: v for k, v in r.items() if k != "claimed_by"}) for r in inserted if r["claimed_by"]
+        ]
+        return Recorded(new=len(inserted), claimed=sorted(claimed, key=lambda d: d.version))
 
     async def claim(self, dispatcher: str, now: datetime, lease: timedelta, limit: int) -> list[Delivery]:
         """Claim up to ``limit`` due lane heads no live claim holds, for ``lease``, soonest due first."""
@@ -164,66 +231,145 @@ class DeliveryRecorder:
         *,
         state: DeliveryState,
         next_attempt_at: datetime | None = None,
-    ) -> bool:
-        """Record ``attempt`` and the delivery's new state, and release the claim, in one transaction.
+        lease: timedelta | None = None,
+    ) -> Finished:
+        """Record ``attempt`` and the delivery's new state, and release the claim.
 
         A retry (``state`` pending) is due at ``next_attempt_at``, and the lane's later deliveries
-        no sooner. Returns False, recording nothing, if this dispatcher no longer holds the claim.
+        no sooner. When the delivery is done and ``lease`` is given, the lane's next delivery, if
+        one is due, is claimed in the same transaction (``Finished.next``). Records nothing (and
+        ``Finished.recorded`` is False) if this dispatcher no longer holds the claim. Finishes
+        that wait at the same time share one transaction (a group commit).
         """
-        finished = attempt.started_at if state != "pending" else None
-        async with self._pool.connection() as conn, conn.transaction():
-            cursor = await conn.execute(
+        waiting = _Finishing(delivery, attempt, state, next_attempt_at, lease)
+        self._finishing.append(waiting)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return await waiting.done
+
+    async def _flush(self) -> None:
+        while self._finishing:
+            group, self._finishing = self._finishing[:MAX_GROUP], self._finishing[MAX_GROUP:]
+            try:
+                results = await self._finish_group(group)
+            except BaseException as error:  # the database failed: every waiter learns it
+                for waiting in group:
+                    if not waiting.done.done():
+                        waiting.done.set_exception(error)
+                if isinstance(error, asyncio.CancelledError):
+                    raise
+                continue
+            for waiting, result in zip(group, results, strict=True):
+                if not waiting.done.done():
+                    waiting.done.set_result(result)
+
+    async def _finish_group(self, group: list[_Finishing]) -> list[Finished]:
+        """Finish ``group`` in one transaction: four set-based statements, whatever its size."""
+        d = self._deliveries
+        async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            await cursor.execute(
                 sql.SQL(
-                    "UPDATE {} SET state = %s, attempts = %s,"
-                    " next_attempt_at = coalesce(%s, next_attempt_at), last_status = %s, last_error = %s,"
-                    " finished_at = %s, claimed_by = NULL, claimed_until = NULL"
-                    " WHERE id = %s AND claimed_by = %s"
-                ).format(self._deliveries),
-                (
-                    state,
-                    attempt.attempt,
-                    next_attempt_at,
-                    attempt.http_status,
-                    attempt.error,
-                    finished,
-                    delivery.id,
-                    attempt.dispatcher,
+                    "UPDATE {d} SET state = x.state, attempts = x.attempts,"
+                    " next_attempt_at = coalesce(x.next, {d}.next_attempt_at), last_status = x.status,"
+                    " last_error = x.error, finished_at = x.finished, claimed_by = NULL, claimed_until = NULL"
+                    " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::timestamptz[], %s::int[],"
+                    " %s::text[], %s::timestamptz[], %s::text[])"
+                    " AS x(id, state, attempts, next, status, error, finished, me)"
+                    " WHERE {d}.id = x.id AND {d}.claimed_by = x.me RETURNING {d}.id"
+                ).format(d=d),
+                _columns(
+                    (
+                        f.delivery.id,
+                        f.state,
+                        f.attempt.attempt,
+                        f.next_attempt_at,
+                        f.attempt.http_status,
+                        f.attempt.error,
+                        f.attempt.started_at if f.state != "pending" else None,
+                        f.attempt.dispatcher,
+                    )
+                    for f in group
                 ),
             )
-            if cursor.rowcount != 1:
-                return False
-            await conn.execute(
+            recorded = {row[0] for row in await cursor.fetchall()}
+            done = [f for f in group if f.delivery.id in recorded]
+            if not done:
+                return [Finished(recorded=False, next=None) for _ in group]
+            await cursor.execute(
                 sql.SQL(
                     "INSERT INTO {} (delivery_id, attempt, started_at, duration_ms, http_status, error,"
-                    " outcome, dispatcher) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                    " outcome, dispatcher) SELECT * FROM unnest(%s::bigint[], %s::int[], %s::timestamptz[],"
+                    " %s::float8[], %s::int[], %s::text[], %s::text[], %s::text[])"
                 ).format(self._attempts),
-                (
-                    delivery.id,
-                    attempt.attempt,
-                    attempt.started_at,
-                    attempt.duration_ms,
-                    attempt.http_status,
-                    attempt.error,
-                    attempt.outcome,
-                    attempt.dispatcher,
+                _columns(
+                    (
+                        f.delivery.id,
+                        f.attempt.attempt,
+                        f.attempt.started_at,
+                        f.attempt.duration_ms,
+                        f.attempt.http_status,
+                        f.attempt.error,
+                        f.attempt.outcome,
+                        f.attempt.dispatcher,
+                    )
+                    for f in done
                 ),
             )
-            if state == "pending" and next_attempt_at is not None:
+            retried = [f for f in done if f.state == "pending" and f.next_attempt_at is not None]
+            if retried:
                 # The lane's later deliveries wait for its head: keep them out of the due scan.
-                await conn.execute(
+                await cursor.execute(
                     sql.SQL(
-                        "UPDATE {} SET next_attempt_at = %s WHERE state = 'pending' AND task_id = %s"
-                        " AND config_id = %s AND version > %s AND next_attempt_at < %s"
-                    ).format(self._deliveries),
-                    (
-                        next_attempt_at,
-                        delivery.task_id,
-                        delivery.config_id,
-                        delivery.version,
-                        next_attempt_at,
+                        "UPDATE {d} SET next_attempt_at = x.next FROM unnest(%s::uuid[], %s::text[],"
+                        " %s::bigint[], %s::timestamptz[]) AS x(task, config, version, next)"
+                        " WHERE {d}.state = 'pending' AND {d}.task_id = x.task AND {d}.config_id = x.config"
+                        " AND {d}.version > x.version AND {d}.next_attempt_at < x.next"
+                    ).format(d=d),
+                    _columns(
+                        (f.delivery.task_id, f.delivery.config_id, f.delivery.version, f.next_attempt_at)
+                        for f in retried
                     ),
                 )
-        return True
+            chained = [f for f in done if f.state != "pending" and f.lease is not None]
+            following: dict[tuple[UUID, str], Delivery] = {}
+            if chained:
+                following = await self._claim_next(cursor, chained)
+        return [
+            Finished(
+                recorded=f.delivery.id in recorded,
+                next=following.get((f.delivery.task_id, f.delivery.config_id)) if f in chained else None,
+            )
+            for f in group
+        ]
+
+    async def _claim_next(self, cursor: Any, chained: list[_Finishing]) -> dict[tuple[UUID, str], Delivery]:
+        """Claim the next due delivery of each finished lane (no row lock waits: see ``claim``)."""
+        first = chained[0]
+        now = first.attempt.started_at
+        assert first.lease is not None
+        await cursor.execute(
+            sql.SQL(
+                "UPDATE {d} SET claimed_by = %s, claimed_until = %s FROM ("
+                " SELECT DISTINCT ON (p.task_id, p.config_id) p.id FROM {d} p"
+                " JOIN unnest(%s::uuid[], %s::text[]) AS x(task, config) ON p.task_id = x.task"
+                " AND p.config_id = x.config WHERE p.state = 'pending'"
+                " ORDER BY p.task_id, p.config_id, p.version) AS h"
+                " WHERE {d}.id = h.id AND {d}.next_attempt_at <= %s"
+                " AND ({d}.claimed_until IS NULL OR {d}.claimed_until < %s)"
+                " RETURNING " + ", ".join(f"{{d}}.{c}" for c in _COLUMNS.split(", "))
+            ).format(d=self._deliveries),
+            (
+                first.attempt.dispatcher,
+                max(f.attempt.started_at for f in chained) + first.lease,
+                [f.delivery.task_id for f in chained],
+                [f.delivery.config_id for f in chained],
+                max(f.attempt.started_at for f in chained),
+                now,
+            ),
+        )
+        names = _COLUMNS.split(", ")
+        rows = [_delivery(dict(zip(names, row, strict=True))) for row in await cursor.fetchall()]
+        return {(r.task_id, r.config_id): r for r in rows}
 
     async def next_due(self) -> datetime | None:
         """When the soonest pending delivery is due (``None``: none is pending)."""
@@ -287,6 +433,28 @@ def delivery_counts(cursor: Any, schema: str) -> DeliveryCounts:
     )
     attempts = {str(row["outcome"]): int(row["n"]) for row in cursor.fetchall()}
     return DeliveryCounts(by_state=by_state, attempts_by_outcome=attempts)
+
+
+def _columns(rows: Any) -> tuple[list[Any], ...]:
+    """Rows as one list per column (the arrays an ``unnest`` insert or update takes)."""
+    listed = list(rows)
+    return tuple(list(column) for column in zip(*listed, strict=True))
+
+
+def _insert_row(delivery: NewDelivery, claimant: str | None) -> tuple[Any, ...]:
+    d = delivery
+    return (
+        d.webhook_id,
+        d.task_id,
+        d.tenant,
+        d.version,
+        d.event_type,
+        d.event_time,
+        d.config_id,
+        d.url,
+        d.body,
+        claimant,
+    )
 
 
 def _delivery(row: dict[str, Any]) -> Delivery:

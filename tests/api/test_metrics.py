@@ -126,9 +126,11 @@ async def test_webhook_backlog_attempts_and_give_ups(
             NewDelivery(f"msg_{c}", task_id, "acme", 3, "Completed", NOW, c, "https://example.com", "{}")
             for c in ("a", "b", "c")
         ]
-        assert await recorder.record(new, NOW) == 3
-        assert await recorder.record(new, NOW) == 0  # recorded again: nothing new
-        claimed = {d.config_id: d for d in await recorder.claim("me", NOW, timedelta(seconds=30), 10)}
+        lease = timedelta(seconds=30)
+        recorded = await recorder.record(new, NOW, claimant="me", lease=lease)
+        assert recorded.new == 3
+        assert (await recorder.record(new, NOW, claimant="me", lease=lease)).new == 0  # nothing new
+        claimed = {d.config_id: d for d in recorded.claimed}  # each the head of its lane
         assert sorted(claimed) == ["a", "b", "c"]
         delivered = Attempt(1, NOW, 1.0, 200, None, "delivered", "me")
         assert await recorder.finish(claimed["a"], delivered, state="delivered")
