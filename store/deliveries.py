@@ -156,12 +156,19 @@ class DeliveryRecorder:
         await self._pool.close()
 
     async def record(
-        self, deliveries: Sequence[NewDelivery], now: datetime, *, claimant: str, lease: timedelta
+        self,
+        deliveries: Sequence[NewDelivery],
+        now: datetime,
+        *,
+        claimant: str,
+        lease: timedelta,
+        claim_limit: int | None = None,
     ) -> Recorded:
         """Record ``deliveries`` in one transaction, due at once.
 
         The first new delivery of each lane with no pending delivery yet is claimed for
-        ``claimant`` in the same insert, so that it can go out at once without a claim query.
+        ``claimant`` in the same insert (up to ``claim_limit`` of them, oldest first), so that it
+        can go out at once without a claim query; the others are left for any dispatcher's claim.
         Only the dispatcher that leads the intake records (``workers.dispatcher``): no one else
         adds to a lane meanwhile.
         """
@@ -176,10 +183,11 @@ class DeliveryRecorder:
             )
             busy = {(row[0], row[1]) for row in await cursor.fetchall()}
             heads: set[str] = set()
-            for d in sorted(deliveries, key=lambda d: d.version):
+            for d in deliveries:
                 if (d.task_id, d.config_id) not in busy:
                     busy.add((d.task_id, d.config_id))
-                    heads.add(d.webhook_id)
+                    if claim_limit is None or len(heads) < claim_limit:
+                        heads.add(d.webhook_id)
             columns = list(
                 zip(
                     *(_insert_row(d, claimant if d.webhook_id in heads else None) for d in deliveries),

@@ -172,6 +172,7 @@ class Dispatcher:
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._wake = asyncio.Event()
         self._ready: deque[Delivery] = deque()
+        self._in_flight: set[asyncio.Task[None]] = set()
         self._intake_key = advisory_key(f"dispatcher-intake:{store.config.schema}:{names.stream}")
         self._http: aiohttp.ClientSession | None = None
         self.recorded = 0
@@ -276,8 +277,14 @@ class Dispatcher:
                 continue
             new += await self._deliveries_for(event)
         if new:
+            # Claim at most what this dispatcher can start now: other dispatchers take the rest.
+            free = self.config.concurrency - len(self._in_flight) - len(self._ready)
             recorded = await self.recorder.record(
-                new, self.clock(), claimant=self.config.dispatcher_id, lease=self.config.claim_lease
+                new,
+                self.clock(),
+                claimant=self.config.dispatcher_id,
+                lease=self.config.claim_lease,
+                claim_limit=max(0, free),
             )
             self.recorded += recorded.new
             self._ready.extend(recorded.claimed)
@@ -377,7 +384,7 @@ class Dispatcher:
         poll only, not on every wake-up: a lane moves on by itself (``_attempt`` claims its next
         delivery as it finishes one), and the intake hands over the heads it claimed.
         """
-        in_flight: set[asyncio.Task[None]] = set()
+        in_flight = self._in_flight
         polled = 0.0
         try:
             while not stop.is_set():

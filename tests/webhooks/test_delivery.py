@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,13 +14,17 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from projections.stream_response import event_stream_response
+from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import task_deliveries
 from store.retry import webhook_retry
 from tests.support.tasks import new_task
 from tests.support.webhooks import Receiver, finished_task
-from tests.webhooks.conftest import Run, eventually
+from tests.webhooks.conftest import FAST, Run, eventually
+from workers.dispatcher import Dispatcher
+from workers.relay import Relay
+from workers.webhook_signing import WebhookSigner
 
 
 def _deliveries(store: TaskApplication, task_id: Any) -> list[Any]:
@@ -179,3 +184,39 @@ async def test_nothing_is_recorded_for_a_task_without_push_configs(
         await eventually(lambda: len(receiver.answered()) >= 2, message="the task with a config")
     assert _deliveries(store, plain.id) == []
     assert len(_deliveries(store, with_config.id)) == 2
+
+
+async def test_two_dispatchers_share_the_lanes_and_never_deliver_one_twice(
+    store: TaskApplication, receiver: Receiver, names: NatsNames, secret: str
+) -> None:
+    receiver.delays["/hook"] = 0.05
+    tasks = [finished_task(store, receiver.url(), artifacts=2) for _ in range(10)]
+    dispatchers = [
+        Dispatcher(
+            store=store,
+            names=names,
+            signer=WebhookSigner(default=secret),
+            config=replace(FAST, dispatcher_id=f"d{n}", concurrency=2),
+            clock=lambda: datetime.now(UTC),
+        )
+        for n in (1, 2)
+    ]
+    stop = asyncio.Event()
+    running = asyncio.gather(Relay(store=store, names=names).run(stop), *(d.run(stop) for d in dispatchers))
+    try:
+        await eventually(lambda: len(receiver.answered()) >= 40, within=30, message="every delivery")
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await running
+    answered = receiver.answered()
+    ids = [r.headers["webhook-id"] for r in answered]
+    assert len(ids) == len(set(ids)) == 40  # each once: no lane was delivered by both at once
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for request in answered:
+        update = request.json.get("statusUpdate") or request.json["artifactUpdate"]
+        by_task[update["taskId"]].append(request.json)
+    for task in tasks:
+        assert by_task[str(task.id)] == _expected_bodies(store, task.id)
+    who = {a.dispatcher for t in tasks for _, attempts in _deliveries(store, t.id) for a in attempts}
+    assert who == {"d1", "d2"}  # both delivered: the intake's leader does not keep every lane
