@@ -91,7 +91,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " its A2A StreamResponse to each config's URL, signed (Standard Webhooks) with the tenant's"
             " secret, retried with backoff for LONGHAUL_WEBHOOK_RETRY_FOR, in version order per task and"
             " config. Follows a durable JetStream consumer; records every delivery and attempt in"
-            " PostgreSQL (`longhaul deliveries TASK_ID`). Run any number: each lane is claimed by one."
+            " PostgreSQL (`longhaul deliveries TASK_ID`). Run any number: one takes events in (the others"
+            " stand by), all deliver, each lane claimed by one at a time."
             " Not with LONGHAUL_STORE=memory. See docs/webhooks.md."
         ),
         (
