@@ -146,8 +146,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " DIR and print its path; read the file back and verify it (checksum, counts, each task's"
             " versions complete and in order); only then purge those tasks from the store: events,"
             " snapshots, run-queue row, current-task view row and webhook deliveries, one transaction"
-            " per task. A run stopped early purges nothing unverified; run it again. Finds the database as `history`"
-            " does. Format: docs/operations.md, Archive."
+            " per task. A run stopped early purges nothing unverified; run it again. Finds the"
+            " database as `history` does. Format: docs/operations.md, Archive."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
