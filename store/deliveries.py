@@ -106,6 +106,7 @@ class _Finishing:
     state: DeliveryState
     next_attempt_at: datetime | None
     lease: timedelta | None
+    now: datetime
     done: asyncio.Future[Finished] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def __hash__(self) -> int:
@@ -240,6 +241,7 @@ class DeliveryRecorder:
         state: DeliveryState,
         next_attempt_at: datetime | None = None,
         lease: timedelta | None = None,
+        now: datetime | None = None,
     ) -> Finished:
         """Record ``attempt`` and the delivery's new state, and release the claim.
 
@@ -247,9 +249,10 @@ class DeliveryRecorder:
         no sooner. When the delivery is done and ``lease`` is given, the lane's next delivery, if
         one is due, is claimed in the same transaction (``Finished.next``). Records nothing (and
         ``Finished.recorded`` is False) if this dispatcher no longer holds the claim. Finishes
-        that wait at the same time share one transaction (a group commit).
+        that wait at the same time share one transaction (a group commit). ``now`` (default: when
+        the attempt started) decides which next deliveries are due and when the new claim ends.
         """
-        waiting = _Finishing(delivery, attempt, state, next_attempt_at, lease)
+        waiting = _Finishing(delivery, attempt, state, next_attempt_at, lease, now or attempt.started_at)
         self._finishing.append(waiting)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
@@ -353,7 +356,7 @@ class DeliveryRecorder:
     async def _claim_next(self, cursor: Any, chained: list[_Finishing]) -> dict[tuple[UUID, str], Delivery]:
         """Claim the next due delivery of each finished lane (no row lock waits: see ``claim``)."""
         first = chained[0]
-        now = first.attempt.started_at
+        now = max(f.now for f in chained)
         assert first.lease is not None
         await cursor.execute(
             sql.SQL(
@@ -368,10 +371,10 @@ class DeliveryRecorder:
             ).format(d=self._deliveries),
             (
                 first.attempt.dispatcher,
-                max(f.attempt.started_at for f in chained) + first.lease,
+                now + first.lease,
                 [f.delivery.task_id for f in chained],
                 [f.delivery.config_id for f in chained],
-                max(f.attempt.started_at for f in chained),
+                now,
                 now,
             ),
         )

@@ -259,10 +259,10 @@ class Dispatcher:
             log.info("dispatcher %s following stream %s", self.config.dispatcher_id, self.names.stream)
             checked = time.monotonic()
             async for messages in Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH).batches(stop):
-                await self.take(messages)
                 if time.monotonic() - checked > LOCK_CHECK_S:
                     await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
                     checked = time.monotonic()
+                await self.take(messages)
         finally:
             await client.close()
 
@@ -485,7 +485,12 @@ class Dispatcher:
                 error,
             )
         finished = await self.recorder.finish(
-            delivery, attempt, state=state, next_attempt_at=next_attempt_at, lease=self.config.claim_lease
+            delivery,
+            attempt,
+            state=state,
+            next_attempt_at=next_attempt_at,
+            lease=self.config.claim_lease,
+            now=self.clock(),
         )
         return finished.next
 
