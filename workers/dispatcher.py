@@ -56,6 +56,7 @@ from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, NewDelivery
 from store.errors import PushUrlRefusedError, TaskNotFoundError
 from store.locks import advisory_key
+from store.postgres import PostgresRunQueueRecorder
 from store.push_urls import check_push_url
 from store.retry import RetryPolicy, webhook_retry
 from workers.jetstream_pull import Pull
@@ -172,6 +173,7 @@ class Dispatcher:
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._wake = asyncio.Event()
         self._ready: deque[Delivery] = deque()
+        self._from_log: dict[tuple[UUID, int], Any] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._intake_key = advisory_key(f"dispatcher-intake:{store.config.schema}:{names.stream}")
         self._http: aiohttp.ClientSession | None = None
@@ -268,13 +270,21 @@ class Dispatcher:
 
     async def take(self, messages: list[Any]) -> None:
         """Record the deliveries of ``messages`` (JetStream messages), then acknowledge them."""
-        new: list[NewDelivery] = []
+        events = []
         for message in messages:
             try:
-                event = json.loads(message.data)
+                events.append(json.loads(message.data))
             except ValueError:
                 log.warning("dispatcher: a message on %s is not JSON; skipped", message.subject)
-                continue
+        # What the messages cannot carry (a config's secrets, an oversize body): one query for all.
+        wanted = [
+            (UUID(e["taskId"]), int(e["version"]))
+            for e in events
+            if e["type"] in CONFIG_EVENTS or e.get("body") is None
+        ]
+        self._from_log = await asyncio.to_thread(self._stored_events, wanted) if wanted else {}
+        new: list[NewDelivery] = []
+        for event in events:
             new += await self._deliveries_for(event)
         if new:
             # Claim at most what this dispatcher can start now: other dispatchers take the rest.
@@ -299,7 +309,10 @@ class Dispatcher:
         if known is None or not known.configs:
             return []
         if event.get("body") is None:  # a reference: NATS could not carry the body
-            event = await asyncio.to_thread(self._event_from_log, task_id, version, event)
+            try:
+                event = self._event_from_log(task_id, version, event)
+            except TaskNotFoundError:
+                return []
         response = stream_response(event, known.context_id)
         if response is None:
             return []
@@ -334,7 +347,11 @@ class Dispatcher:
             known = _Known(version, str(body["context_id"]), str(event["tenant"]), {})
         elif known is not None and kind in CONFIG_EVENTS and version == known.version + 1:
             # The change itself, read from the log (NATS carries the config without its secrets).
-            stored = await asyncio.to_thread(self._stored_event, task_id, version)
+            try:
+                stored = self._stored_event(task_id, version)
+            except TaskNotFoundError:
+                self._known.pop(task_id, None)
+                return None  # purged since (archived): nothing to deliver
             if isinstance(stored, Task.PushConfigSet):
                 known.configs[stored.config["id"]] = dict(stored.config)
             elif isinstance(stored, Task.PushConfigRemoved):
@@ -360,11 +377,20 @@ class Dispatcher:
             self._known.popitem(last=False)
         return known
 
+    def _stored_events(self, keys: list[tuple[UUID, int]]) -> dict[tuple[UUID, int], Any]:
+        """The events at ``keys`` (task id, version), as the log holds them: one query, no replay."""
+        recorder = self.store.recorder
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        return {k: self.store.mapper.to_domain_event(e) for k, e in recorder.select_events_at(keys).items()}
+
     def _stored_event(self, task_id: UUID, version: int) -> Any:
-        """The task's event at ``version``, as the log holds it (one query, no replay)."""
-        for stored in self.store.recorder.select_events(task_id, gt=version - 1, lte=version):
-            return self.store.mapper.to_domain_event(stored)
-        raise TaskNotFoundError(str(task_id))
+        """The task's event at ``version``: from the batch's read, else one query."""
+        found = self._from_log.get((task_id, version))
+        if found is None:
+            found = self._stored_events([(task_id, version)]).get((task_id, version))
+        if found is None:
+            raise TaskNotFoundError(str(task_id))
+        return found
 
     def _event_from_log(self, task_id: UUID, version: int, reference: dict[str, Any]) -> dict[str, Any]:
         domain_event = self._stored_event(task_id, version)
