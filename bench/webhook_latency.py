@@ -18,6 +18,7 @@ Target: commit -> webhook p99 under 50 ms at 200 tasks/s.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -274,14 +275,20 @@ def load(store: TaskApplication, url: str, rate: float, seconds: float) -> tuple
     return committed, time.monotonic() - began
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else "webhook latency")
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--rate", type=float, default=200.0, help="tasks committed per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the load lasts")
+    parser.add_argument("--concurrency", type=int, help="LONGHAUL_WEBHOOK_CONCURRENCY (default: its default)")
     args = parser.parse_args()
     if args.quick:
         args.seconds = min(args.seconds, 8.0)
+    return args
+
+
+def main() -> None:
+    args = arguments()
     info = machine_info(args.database_url)
     arrivals = Arrivals()
     server = receiver(arrivals)
@@ -294,6 +301,8 @@ def main() -> None:
             StoreConfig(database_url=args.database_url, schema=schema, pool_size=SUBMITTERS)
         )
         env = service_env(args.database_url, schema, args.nats_url, stream, prefix)
+        if args.concurrency:
+            env["LONGHAUL_WEBHOOK_CONCURRENCY"] = str(args.concurrency)
         relay = start("relay", env, logs / "relay.log")
         dispatcher = start("dispatcher", env, logs / "dispatcher.log")
         watcher = Watcher(args.nats_url, prefix, stream, arrivals, args.rate)
@@ -343,6 +352,7 @@ def main() -> None:
         {
             "machine": info,
             "rate_per_s": args.rate,
+            "webhook_concurrency": args.concurrency or "default",
             "load_seconds": round(load_s, 2),
             "tasks": len(committed),
             "warmup_excluded_s": WARMUP_S,

@@ -113,7 +113,7 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="How long one webhook attempt may take."
     )
     webhook_concurrency: int = Field(
-        default=32, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
+        default=128, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
     )
     log_format: Literal["text", "json"] = Field(
         default="text",

@@ -98,7 +98,7 @@ class DispatchConfig:
     dispatcher_id: str
     policy: RetryPolicy = DEFAULT_RETRY
     timeout_s: float = 10.0
-    concurrency: int = 32
+    concurrency: int = 128
     allow_private: bool = False
 
     @property
