@@ -122,6 +122,8 @@ class Recorded:
 
     new: int
     claimed: list[Delivery]
+    waiting: set[tuple[UUID, str]]
+    """Lanes whose new deliveries wait behind one that was pending when they were recorded."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ class DeliveryRecorder:
         adds to a lane meanwhile.
         """
         if not deliveries:
-            return Recorded(new=0, claimed=[])
+            return Recorded(new=0, claimed=[], waiting=set())
         async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             await cursor.execute(
                 sql.SQL(
@@ -183,6 +185,7 @@ class DeliveryRecorder:
                 (list({d.task_id for d in deliveries}),),
             )
             busy = {(row[0], row[1]) for row in await cursor.fetchall()}
+            behind = set(busy)
             heads: set[str] = set()
             for d in deliveries:
                 if (d.task_id, d.config_id) not in busy:
@@ -211,10 +214,11 @@ class DeliveryRecorder:
             rows = await cursor.fetchall()
         names = [*_COLUMNS.split(", "), "claimed_by"]
         inserted = [dict(zip(names, row, strict=True)) for row in rows]
+        waiting = {(r["task_id"], r["config_id"]) for r in inserted if not r["claimed_by"]} & behind
         claimed = [
             _delivery({k: v for k, v in r.items() if k != "claimed_by"}) for r in inserted if r["claimed_by"]
         ]
-        return Recorded(new=len(inserted), claimed=sorted(claimed, key=lambda d: d.version))
+        return Recorded(new=len(inserted), claimed=sorted(claimed, key=lambda d: d.version), waiting=waiting)
 
     async def claim(self, dispatcher: str, now: datetime, lease: timedelta, limit: int) -> list[Delivery]:
         """Claim up to ``limit`` due lane heads no live claim holds, for ``lease``, soonest due first."""
@@ -356,31 +360,20 @@ class DeliveryRecorder:
     async def _claim_next(self, cursor: Any, chained: list[_Finishing]) -> dict[tuple[UUID, str], Delivery]:
         """Claim the next due delivery of each finished lane (no row lock waits: see ``claim``)."""
         first = chained[0]
-        now = max(f.now for f in chained)
         assert first.lease is not None
-        await cursor.execute(
-            sql.SQL(
-                "UPDATE {d} SET claimed_by = %s, claimed_until = %s FROM ("
-                " SELECT DISTINCT ON (p.task_id, p.config_id) p.id FROM {d} p"
-                " JOIN unnest(%s::uuid[], %s::text[]) AS x(task, config) ON p.task_id = x.task"
-                " AND p.config_id = x.config WHERE p.state = 'pending'"
-                " ORDER BY p.task_id, p.config_id, p.version) AS h"
-                " WHERE {d}.id = h.id AND {d}.next_attempt_at <= %s"
-                " AND ({d}.claimed_until IS NULL OR {d}.claimed_until < %s)"
-                " RETURNING " + ", ".join(f"{{d}}.{c}" for c in _COLUMNS.split(", "))
-            ).format(d=self._deliveries),
-            (
-                first.attempt.dispatcher,
-                now + first.lease,
-                [f.delivery.task_id for f in chained],
-                [f.delivery.config_id for f in chained],
-                now,
-                now,
-            ),
-        )
-        names = _COLUMNS.split(", ")
-        rows = [_delivery(dict(zip(names, row, strict=True))) for row in await cursor.fetchall()]
-        return {(r.task_id, r.config_id): r for r in rows}
+        lanes = [(f.delivery.task_id, f.delivery.config_id) for f in chained]
+        now = max(f.now for f in chained)
+        return await _claim_heads(cursor, self._deliveries, lanes, first.attempt.dispatcher, now, first.lease)
+
+    async def claim_lanes(
+        self, lanes: Sequence[tuple[UUID, str]], dispatcher: str, now: datetime, lease: timedelta
+    ) -> list[Delivery]:
+        """Claim the head of each of ``lanes`` that is due and unclaimed."""
+        if not lanes:
+            return []
+        async with self._pool.connection() as conn, conn.cursor() as cursor:
+            heads = await _claim_heads(cursor, self._deliveries, lanes, dispatcher, now, lease)
+        return list(heads.values())
 
     async def next_due(self) -> datetime | None:
         """When the soonest pending delivery is due (``None``: none is pending)."""
@@ -444,6 +437,37 @@ def delivery_counts(cursor: Any, schema: str) -> DeliveryCounts:
     )
     attempts = {str(row["outcome"]): int(row["n"]) for row in cursor.fetchall()}
     return DeliveryCounts(by_state=by_state, attempts_by_outcome=attempts)
+
+
+async def _claim_heads(
+    cursor: Any,
+    table: sql.Identifier,
+    lanes: Sequence[tuple[UUID, str]],
+    dispatcher: str,
+    now: datetime,
+    lease: timedelta,
+) -> dict[tuple[UUID, str], Delivery]:
+    """Claim the oldest pending delivery of each lane if it is due and no live claim holds it.
+
+    Two claimers of one row: the second's update waits for the first and then finds the claim
+    live, so it claims nothing (the row's conditions are checked again after the wait).
+    """
+    await cursor.execute(
+        sql.SQL(
+            "UPDATE {d} SET claimed_by = %s, claimed_until = %s FROM ("
+            " SELECT DISTINCT ON (p.task_id, p.config_id) p.id FROM {d} p"
+            " JOIN unnest(%s::uuid[], %s::text[]) AS x(task, config) ON p.task_id = x.task"
+            " AND p.config_id = x.config WHERE p.state = 'pending'"
+            " ORDER BY p.task_id, p.config_id, p.version) AS h"
+            " WHERE {d}.id = h.id AND {d}.next_attempt_at <= %s"
+            " AND ({d}.claimed_until IS NULL OR {d}.claimed_until < %s)"
+            " RETURNING " + ", ".join(f"{{d}}.{c}" for c in _COLUMNS.split(", "))
+        ).format(d=table),
+        (dispatcher, now + lease, [lane[0] for lane in lanes], [lane[1] for lane in lanes], now, now),
+    )
+    names = _COLUMNS.split(", ")
+    rows = [_delivery(dict(zip(names, row, strict=True))) for row in await cursor.fetchall()]
+    return {(r.task_id, r.config_id): r for r in rows}
 
 
 def _columns(rows: Any) -> tuple[list[Any], ...]:

@@ -175,6 +175,8 @@ class Dispatcher:
         self._ready: deque[Delivery] = deque()
         self._from_log: dict[tuple[UUID, int], Any] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._lanes: dict[tuple[UUID, str], bool] = {}
+        """Lanes an attempt of this dispatcher runs in, and whether more was recorded for them."""
         self._intake_key = advisory_key(f"dispatcher-intake:{store.config.schema}:{names.stream}")
         self._http: aiohttp.ClientSession | None = None
         self.recorded = 0
@@ -298,10 +300,30 @@ class Dispatcher:
             )
             self.recorded += recorded.new
             self._ready.extend(recorded.claimed)
+            await self._behind(recorded.waiting)
         for message in messages:
             await message.ack()
         if new:
             self._wake.set()
+
+    async def _behind(self, lanes: set[tuple[UUID, str]]) -> None:
+        """New deliveries that wait behind a pending one: make sure their lane moves on to them.
+
+        A lane this dispatcher is delivering picks them up when its current delivery ends (its
+        attempt is told here). For any other lane the head may have finished while they were
+        being recorded, too early to see them: its heads are claimed now if due.
+        """
+        elsewhere = []
+        for lane in lanes:
+            if lane in self._lanes:
+                self._lanes[lane] = True
+            else:
+                elsewhere.append(lane)
+        if elsewhere:
+            heads = await self.recorder.claim_lanes(
+                elsewhere, self.config.dispatcher_id, self.clock(), self.config.claim_lease
+            )
+            self._ready.extend(heads)
 
     async def _deliveries_for(self, event: dict[str, Any]) -> list[NewDelivery]:
         task_id, version, kind = UUID(event["taskId"]), int(event["version"]), str(event["type"])
@@ -460,10 +482,26 @@ class Dispatcher:
         return done
 
     async def _attempt(self, delivery: Delivery) -> None:
-        """Attempt ``delivery``, then each next one of its lane that is due, claimed as it finishes."""
+        """Attempt ``delivery``, then each next one of its lane that is due, claimed as it finishes.
+
+        While it runs the lane is in ``_lanes``; the intake marks it there when it records more
+        for the lane, and a finish that claimed nothing then claims the lane's head once more
+        (the delivery may have been recorded too late for the finish to see it).
+        """
+        lane = (delivery.task_id, delivery.config_id)
+        self._lanes[lane] = False
         following: Delivery | None = delivery
-        while following is not None:
-            following = await self._attempt_one(following)
+        try:
+            while following is not None:
+                following = await self._attempt_one(following)
+                if following is None and self._lanes.get(lane):
+                    self._lanes[lane] = False
+                    heads = await self.recorder.claim_lanes(
+                        [lane], self.config.dispatcher_id, self.clock(), self.config.claim_lease
+                    )
+                    following = heads[0] if heads else None
+        finally:
+            self._lanes.pop(lane, None)
 
     async def _attempt_one(self, delivery: Delivery) -> Delivery | None:
         """One attempt at ``delivery``, recorded with what it leads to; the lane's next, if claimed."""
