@@ -1,18 +1,21 @@
 """The webhook dispatcher: push notifications for every event of a task with push configs.
 
-Two loops in one process. The *intake* follows a durable JetStream pull consumer
-(``longhaul-dispatcher`` on the deployment's stream; it survives restarts of the dispatcher and
-of NATS, and several dispatchers share it). For each event of a task with push configs it
-records one delivery per config (``store.deliveries``), the event's ``StreamResponse``
-(``projections.stream_response``) as the body, and only then acknowledges the message: an
-event is never lost between NATS and the record, and a redelivered message records nothing new.
-The configs, with their secrets, come from the task in the log: the dispatcher loads the task
-at the event's version when it first sees the task, after a push config changed, and whenever
-it missed a version (another dispatcher took it); otherwise it uses what it knows.
+Two loops in one process. The *intake* runs in one dispatcher at a time (an advisory lock; the
+others stand by) and follows a durable JetStream pull consumer (``longhaul-dispatcher`` on the
+deployment's stream; it survives restarts of the dispatcher and of NATS). For each event of a
+task with push configs it records one delivery per config (``store.deliveries``), the event's
+``StreamResponse`` (``projections.stream_response``) as the body, and only then acknowledges
+the message: an event is never lost between NATS and the record, and a redelivered message
+records nothing new. The configs, with their secrets, come from the task in the log: the
+intake loads the task at the event's version when it first sees the task or missed a version,
+reads a config change itself from the log, and otherwise uses what it knows.
 
-The *delivery* loop claims due lane heads (a lane is one task and config: its deliveries go out
-in version order, each after the one before it was delivered or given up), up to
-``concurrency`` at once, and POSTs each to its URL with ``Authorization`` from the config's
+The *delivery* loop runs in every dispatcher. A lane is one task and config: its deliveries go
+out in version order, each after the one before it was delivered or given up. The intake claims
+the heads of the lanes it records (as many as it has room for) and starts them at once; a
+finished delivery claims its lane's next in the same transaction; every 0.25 s a claim query
+takes due heads nobody holds (retries, the rest, lanes of a dispatcher that died). Up to
+``concurrency`` deliveries run at once; each POSTs to its URL with ``Authorization`` from the config's
 authentication, the config token as ``X-A2A-Notification-Token``, and Standard Webhooks
 signature headers (``workers.webhook_signing``). Before connecting it checks the URL again with
 the SSRF guard (``store.push_urls``): a refused URL is recorded as ``refused``. A 2xx is
