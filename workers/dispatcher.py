@@ -175,7 +175,8 @@ class Dispatcher:
         self._known: OrderedDict[UUID, _Known] = OrderedDict()
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._wake = asyncio.Event()
-        self._ready: deque[Delivery] = deque()
+        self._ready: deque[tuple[datetime, Delivery]] = deque()
+        """Deliveries claimed for this dispatcher outside the delivery loop, with when they were claimed."""
         self._from_log: dict[tuple[UUID, int], Any] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._lanes: dict[tuple[UUID, str], bool] = {}
@@ -302,7 +303,8 @@ class Dispatcher:
                 claim_limit=max(0, free),
             )
             self.recorded += recorded.new
-            self._ready.extend(recorded.claimed)
+            claimed_at = self.clock()
+            self._ready.extend((claimed_at, d) for d in recorded.claimed)
             await self._behind(recorded.waiting)
         for message in messages:
             await message.ack()
@@ -326,7 +328,8 @@ class Dispatcher:
             heads = await self.recorder.claim_lanes(
                 elsewhere, self.config.dispatcher_id, self.clock(), self.config.claim_lease
             )
-            self._ready.extend(heads)
+            claimed_at = self.clock()
+            self._ready.extend((claimed_at, d) for d in heads)
 
     async def _deliveries_for(self, event: dict[str, Any]) -> list[NewDelivery]:
         task_id, version, kind = UUID(event["taskId"]), int(event["version"]), str(event["type"])
@@ -469,8 +472,8 @@ class Dispatcher:
         fresh_after = self.clock() - self.config.claim_lease / 2
         taken: list[Delivery] = []
         while self._ready and len(taken) < free:
-            delivery = self._ready.popleft()
-            if delivery.created_at >= fresh_after:
+            claimed_at, delivery = self._ready.popleft()
+            if claimed_at >= fresh_after:
                 taken.append(delivery)
         return taken
 
