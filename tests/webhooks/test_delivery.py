@@ -145,7 +145,7 @@ async def test_a_client_error_gives_up_at_once_and_the_lane_moves_on(
 async def test_a_slow_receiver_for_one_task_does_not_hold_up_another(
     store: TaskApplication, receiver: Receiver, dispatching: Run
 ) -> None:
-    receiver.delays["/slow"] = 0.8
+    receiver.delays["/slow"] = 1.2
     slow = finished_task(store, receiver.url("/slow"), artifacts=2)
     fast = [finished_task(store, receiver.url("/fast"), artifacts=2) for _ in range(3)]
     async with dispatching():
