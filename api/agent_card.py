@@ -58,7 +58,7 @@ def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
                 "protocolVersion": "1.0",
             }
         ],
-        "capabilities": {"streaming": False, "pushNotifications": False},
+        "capabilities": {"streaming": False, "pushNotifications": True},
         "defaultInputModes": list(MEDIA_MODES),
         "defaultOutputModes": list(MEDIA_MODES),
         "skills": [_skill_entry(skill) for skill in newest.values()],

@@ -2,8 +2,9 @@
 
 Every figure is read from the store when Prometheus scrapes (``StoreCollector``), so any gateway
 answers the same for the whole deployment: tasks by state (the run queue), the log's position, how
-far the relay and the current-task view trail it. Each app has its own ``CollectorRegistry`` (not
-the library's global one), so two apps in one process, or in one test run, never share figures.
+far the relay and the current-task view trail it, the webhook backlog, attempts and give-ups.
+Each app has its own ``CollectorRegistry`` (not the library's global one), so two apps in one
+process, or in one test run, never share figures.
 Counters a process keeps of itself (a worker's claims and step durations) are registered into the
 registry passed as ``extra`` — see ``workers.metrics``; they are only seen here when the worker
 runs in the gateway's process (``longhaul up``).
@@ -15,13 +16,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from psycopg.sql import SQL, Identifier
 
 from domain.states import TaskState
 from projections.task_view import open_view
 from store.application import TaskApplication
+from store.deliveries import DELIVERY_STATES, delivery_counts
 from store.postgres import PostgresRunQueueRecorder
 
 RELAY_POSITION_TABLE = "longhaul_relay_position"
@@ -53,6 +55,7 @@ class StoreCollector(Collector):
             value=log_position,
         )
         yield from self._relay(log_position)
+        yield from self._webhooks()
         if self.view is not None:
             lag = self.view.lag(self.store)
             yield GaugeMetricFamily(
@@ -93,6 +96,39 @@ class StoreCollector(Collector):
             lag.add_metric([stream], max(0, log_position - relayed))
         yield position
         yield lag
+
+    def _webhooks(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        recorder = self.store.recorder
+        if not isinstance(recorder, PostgresRunQueueRecorder):
+            return  # a memory store: no dispatcher
+        with recorder.datastore.transaction(commit=False) as curs:
+            counts = delivery_counts(curs, recorder.datastore.schema)
+        yield GaugeMetricFamily(
+            "longhaul_webhook_backlog",
+            "Webhook deliveries not finished yet (pending: due, waiting to retry, or in flight).",
+            value=counts.by_state.get("pending", 0),
+        )
+        deliveries = GaugeMetricFamily(
+            "longhaul_webhook_deliveries",
+            "Webhook deliveries recorded, by state (pending, delivered, gave_up, refused).",
+            labels=["state"],
+        )
+        for state in DELIVERY_STATES:
+            deliveries.add_metric([state], counts.by_state.get(state, 0))
+        yield deliveries
+        attempts = CounterMetricFamily(
+            "longhaul_webhook_attempts",
+            "Webhook delivery attempts, by outcome (delivered, retry, gave_up, refused).",
+            labels=["outcome"],
+        )
+        for outcome in (*DELIVERY_STATES[1:], "retry"):
+            attempts.add_metric([outcome], counts.attempts_by_outcome.get(outcome, 0))
+        yield attempts
+        yield CounterMetricFamily(
+            "longhaul_webhook_give_ups",
+            "Webhook deliveries given up: the retry period ended, or the receiver refused the request.",
+            value=counts.by_state.get("gave_up", 0),
+        )
 
 
 def gateway_registry(

@@ -25,7 +25,6 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
-from api.task_wire import iso_millis, task_to_wire
 from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
@@ -44,6 +43,7 @@ from domain.skill import Skill, SkillRegistry, UnknownSkillError
 from domain.states import INTERRUPTED, TERMINAL, TaskState
 from domain.task import Task
 from projections.task_view import PageCursor, TaskQuery, TaskViewRecorder
+from projections.task_wire import iso_millis, task_to_wire
 from store.application import TaskApplication
 from store.errors import (
     AnswerTooLateError,

@@ -2,7 +2,7 @@
 
 Field names are snake_case in Python and camelCase on the wire (ProtoJSON). Unknown members are
 ignored, as the specification asks. Requests are validated with these models; responses are built
-as plain JSON by ``api.task_wire`` and these models describe (and, in tests, check) their shape.
+as plain JSON by ``projections.task_wire`` and these models describe (and, in tests, check) their shape.
 """
 
 from __future__ import annotations

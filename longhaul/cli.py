@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
     sub.add_parser("projector", help="keep the current-task view (ListTasks) following the log")
+    sub.add_parser("dispatcher", help="deliver push notifications (webhooks) with retries, signed")
     projections = sub.add_parser(
         "projections", help="the read models: rebuild the current-task view, or show its lag"
     )
@@ -53,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--archive", type=Path, metavar="FILE", help="read the task from this archive file, not the store"
     )
+    deliveries = sub.add_parser("deliveries", help="print a task's webhook deliveries and every attempt")
+    deliveries.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
+    deliveries.add_argument("--json", action="store_true", help="one JSON object per delivery, for machines")
     archive = sub.add_parser(
         "archive", help="write expired tasks to a verified archive file, then purge them"
     )
@@ -142,6 +146,7 @@ PROCESSES = {
     "sweeper": commands.sweeper,
     "relay": commands.relay,
     "projector": commands.projector,
+    "dispatcher": commands.dispatcher,
 }
 """The long-running commands: each runs until SIGINT/SIGTERM."""
 
@@ -156,6 +161,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "history": lambda args, settings: commands.history(
         settings, args.task_id, as_json=args.json, archive=args.archive
     ),
+    "deliveries": lambda args, settings: commands.deliveries(settings, args.task_id, as_json=args.json),
     "archive": lambda args, settings: commands.archive(settings, args.to),
     "tail": _tail,
     "skills": lambda _, settings: commands.skills(settings),

@@ -18,7 +18,8 @@ WIDTH = 88
 DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": (
         (
-            "Run everything in one process: the gateway, one worker, the sweeper and the relay, until"
+            "Run everything in one process: the gateway, one worker, the sweeper, the relay, the projector"
+            " and the webhook dispatcher, until"
             " Ctrl-C or SIGTERM, then stop them all (running steps drain first) and keep the data.\n"
             "With no LONGHAUL_DATABASE_URL / LONGHAUL_NATS_URL it starts an embedded PostgreSQL and NATS"
             " with their data in LONGHAUL_DATA_DIR; with no LONGHAUL_IAM_URL a fake IAM for the"
@@ -84,6 +85,36 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema"),
     ),
+    "dispatcher": (
+        (
+            "Deliver push notifications until stopped: for every event of a task with push configs, POST"
+            " its A2A StreamResponse to each config's URL, signed (Standard Webhooks) with the tenant's"
+            " secret, retried with backoff for LONGHAUL_WEBHOOK_RETRY_FOR, in version order per task and"
+            " config. Follows a durable JetStream consumer; records every delivery and attempt in"
+            " PostgreSQL (`longhaul deliveries TASK_ID`). Run any number: one takes events in (the others"
+            " stand by), all deliver, each lane claimed by one at a time."
+            " Not with LONGHAUL_STORE=memory. See docs/webhooks.md."
+        ),
+        (
+            "database_url",
+            "nats_url",
+            "webhook_secret",
+            "webhook_secrets",
+            "webhook_retry_for",
+            "webhook_timeout_seconds",
+            "webhook_concurrency",
+            "allow_private_webhooks",
+        ),
+    ),
+    "deliveries": (
+        (
+            "Print every webhook delivery of a task (version, event, config, URL, state) and each of its"
+            " attempts (time, HTTP status, duration, outcome, error); --json: one JSON object per"
+            " delivery. 'GAVE UP' marks deliveries whose retry period ended or that the receiver"
+            " refused. Finds the database as `history` does."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
     "projections": (
         (
             "The read models. `rebuild` recomputes the current-task view from the log while the"
@@ -114,9 +145,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "Write every expired task's events (all versions, as stored) to one gzip JSON-lines file in"
             " DIR and print its path; read the file back and verify it (checksum, counts, each task's"
             " versions complete and in order); only then purge those tasks from the store: events,"
-            " snapshots, run-queue row and current-task view row, one transaction per task. A run"
-            " stopped early purges nothing unverified; run it again. Finds the database as `history`"
-            " does. Format: docs/operations.md, Archive."
+            " snapshots, run-queue row, current-task view row and webhook deliveries, one transaction"
+            " per task. A run stopped early purges nothing unverified; run it again. Finds the"
+            " database as `history` does. Format: docs/operations.md, Archive."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),

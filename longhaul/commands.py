@@ -32,17 +32,20 @@ from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from projections.event_json import dumps, event_message
+from projections.event_json import dumps, event_message, iso
 from projections.task_view import open_view, run_projector
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
+from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from workers.archive import ArchiveError, archive_expired, read_archive
+from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
+from workers.webhook_signing import WebhookSigner
 from workers.worker import Worker
 
 log = logging.getLogger("longhaul")
@@ -295,6 +298,40 @@ def _relay(store: TaskApplication, names: Any, limits: StreamLimits) -> Relay:
         raise CommandError(str(error)) from error
 
 
+async def dispatcher(settings: Settings) -> None:
+    """Deliver push notifications (webhooks) for committed events until stopped."""
+    stop = _stop_event()
+    if settings.store == "memory":
+        raise CommandError(
+            "the dispatcher needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process, "
+            "so a dispatcher process has no events to deliver (`longhaul up` runs without one then)"
+        )
+    names = _names(settings)
+    try:
+        signer = wiring.webhook_signer(settings)
+    except wiring.ConfigurationError as error:
+        raise CommandError(str(error)) from error
+    store = _open_store(settings)
+    try:
+        await _dispatcher(settings, store, names, signer).run(stop)
+    finally:
+        store.close()
+
+
+def _dispatcher(settings: Settings, store: TaskApplication, names: Any, signer: WebhookSigner) -> Dispatcher:
+    try:
+        return Dispatcher(
+            store=store,
+            names=names,
+            signer=signer,
+            config=wiring.dispatch_config(settings),
+            clock=wiring.system_clock(settings),
+            limits=wiring.stream_limits(settings),
+        )
+    except DispatcherUnavailableError as error:
+        raise CommandError(str(error)) from error
+
+
 def _names(settings: Settings) -> Any:
     try:
         return wiring.nats_names(settings)
@@ -342,9 +379,10 @@ async def up(settings: Settings) -> None:
     """Run everything in one process until Ctrl-C or SIGTERM, then stop it all, keeping the data.
 
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
-    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay and the
-    projector. With ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL,
-    NATS, relay or projector (and ListTasks is unsupported).
+    ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay, the
+    projector and the webhook dispatcher (with a webhook secret it makes in the data directory
+    when none is set). With ``LONGHAUL_STORE=memory`` the tasks live in this process only: no
+    PostgreSQL, NATS, relay, projector or dispatcher (and ListTasks is unsupported).
     """
     stop = _stop_event()
     in_memory = settings.store == "memory"
@@ -381,6 +419,8 @@ async def up(settings: Settings) -> None:
                     relay_part = Relay(store=store, names=wiring.nats_names(settings), limits=limits)
                     parts.append(relay_part.run(stop))
                     parts.append(_projector(store.config, stop))
+                    signer = wiring.webhook_signer(settings, create=True)
+                    parts.append(_dispatcher(settings, store, wiring.nats_names(settings), signer).run(stop))
                 _write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
@@ -522,6 +562,76 @@ def _print_events(tenant: str, events: Iterable[Any], *, as_json: bool) -> None:
         else:
             body = dumps(message["body"])
             print(f"v{message['version']:<5} {message['time']}  {message['type']:<22} {body}")
+
+
+def deliveries(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
+    """Print every webhook delivery of a task and each of its attempts."""
+    with _store_for_reading(settings, "deliveries") as store:
+        try:
+            store.get(task_id)
+        except TaskNotFoundError:
+            raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
+        config = store.config
+        assert isinstance(config, StoreConfig)
+        with psycopg.connect(config.database_url, autocommit=True) as conn:
+            found = task_deliveries(conn, config.schema, task_id)
+    if as_json:
+        for delivery, attempts in found:
+            print(dumps(_delivery_json(delivery, attempts)))
+        return 0
+    if not found:
+        print(f"no webhook deliveries for task {task_id} (it has no push config, or none was due yet)")
+    for delivery, attempts in found:
+        print(
+            f"v{delivery.version:<5} {delivery.event_type:<22} config {delivery.config_id}  {delivery.url}  "
+            f"{_delivery_state(delivery)}"
+        )
+        for attempt in attempts:
+            result = str(attempt.http_status) if attempt.http_status is not None else "-"
+            error = f"  {attempt.error}" if attempt.error else ""
+            print(
+                f"       attempt {attempt.attempt:<3} {iso(attempt.started_at)}  {result:>3}  "
+                f"{attempt.duration_ms:8.1f} ms  {attempt.outcome}{error}"
+            )
+    return 0
+
+
+def _delivery_state(delivery: Delivery) -> str:
+    if delivery.state == "pending":
+        return f"PENDING after {delivery.attempts} attempts, next at {iso(delivery.next_attempt_at)}"
+    when = iso(delivery.finished_at) if delivery.finished_at is not None else "?"
+    word = {"delivered": "DELIVERED", "gave_up": "GAVE UP", "refused": "REFUSED"}[delivery.state]
+    return f"{word} at {when} after {delivery.attempts} attempts"
+
+
+def _delivery_json(delivery: Delivery, attempts: list[Attempt]) -> dict[str, Any]:
+    return {
+        "webhookId": delivery.webhook_id,
+        "taskId": str(delivery.task_id),
+        "tenant": delivery.tenant,
+        "version": delivery.version,
+        "type": delivery.event_type,
+        "configId": delivery.config_id,
+        "url": delivery.url,
+        "state": delivery.state,
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "time": iso(a.started_at),
+                "durationMs": round(a.duration_ms, 3),
+                "httpStatus": a.http_status,
+                "error": a.error,
+                "outcome": a.outcome,
+                "dispatcher": a.dispatcher,
+            }
+            for a in attempts
+        ],
+        "createdAt": iso(delivery.created_at),
+        "nextAttemptAt": iso(delivery.next_attempt_at) if delivery.state == "pending" else None,
+        "finishedAt": iso(delivery.finished_at) if delivery.finished_at is not None else None,
+        "lastStatus": delivery.last_status,
+        "lastError": delivery.last_error,
+    }
 
 
 def archive(settings: Settings, directory: Path) -> int:

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from projections.subjects import server_urls
 from store.retention import parse_key
+from workers.webhook_signing import secret_key
 
 PREFIX = "LONGHAUL_"
 """Every setting is ``PREFIX + field name``, upper case, in the environment."""
@@ -89,6 +90,33 @@ class Settings(BaseSettings):
             " not public (tests, conformance runs, webhooks on a private network)."
         ),
     )
+    webhook_secret: str | None = Field(
+        default=None,
+        description=(
+            "Secret (whsec_<base64>) that signs webhooks of tenants without one of their own. Unset:"
+            " `up` makes one in LONGHAUL_DATA_DIR/webhook-secret; `dispatcher` reads that file."
+        ),
+    )
+    webhook_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description='Webhook secret per tenant (JSON object): {"acme": "whsec_..."}.',
+    )
+    webhook_retry_for: timedelta = Field(
+        default=timedelta(days=1),
+        description="How long a webhook delivery is retried before it is given up.",
+    )
+    webhook_retry_first_delay_seconds: float = Field(
+        default=1.0, gt=0, description="Pause after a webhook's first failed attempt (it doubles each time)."
+    )
+    webhook_retry_max_delay_seconds: float = Field(
+        default=3600.0, gt=0, description="The longest pause between two attempts of a webhook."
+    )
+    webhook_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="How long one webhook attempt may take."
+    )
+    webhook_concurrency: int = Field(
+        default=128, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
@@ -121,7 +149,24 @@ class Settings(BaseSettings):
             raise ValueError("must be non-empty and contain no spaces, '*' or '>'")
         return value
 
-    @field_validator("max_pause", "retention", "nats_max_age", mode="before")
+    @field_validator("webhook_secret")
+    @classmethod
+    def _check_webhook_secret(cls, value: str | None) -> str | None:
+        if value:
+            secret_key(value)
+        return value or None
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _check_webhook_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for tenant, secret in value.items():
+            try:
+                secret_key(secret)
+            except ValueError as error:
+                raise ValueError(f"tenant {tenant!r}: {error}") from None
+        return value
+
+    @field_validator("max_pause", "retention", "nats_max_age", "webhook_retry_for", mode="before")
     @classmethod
     def _seconds_as_number(cls, value: object) -> object:
         """Accept a bare number of seconds (``3600``) besides ISO 8601 (``P7D``, ``PT1H``)."""
@@ -132,7 +177,7 @@ class Settings(BaseSettings):
                 return value
         return value
 
-    @field_validator("max_pause", "retention", "nats_max_age")
+    @field_validator("max_pause", "retention", "nats_max_age", "webhook_retry_for")
     @classmethod
     def _check_positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

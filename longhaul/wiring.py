@@ -7,6 +7,7 @@ import os
 import socket
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
@@ -15,9 +16,12 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
 from store.retention import RetentionPolicy
+from store.retry import webhook_retry
+from workers.dispatcher import DispatchConfig
 from workers.relay import StreamLimits
 from workers.skills import builtin_skills
 from workers.task_runner import RunPolicy
+from workers.webhook_signing import WebhookSigner, new_secret, secret_key
 from workers.worker import WorkerConfig
 
 
@@ -124,3 +128,55 @@ def public_url(settings: Settings, port: int | None = None) -> str:
         return settings.public_url.rstrip("/")
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
     return f"http://{host}:{port if port is not None else settings.port}"
+
+
+WEBHOOK_SECRET_FILE = "webhook-secret"  # noqa: S105 - a file name
+"""The default webhook secret `longhaul up` makes in the data directory when none is set."""
+
+
+def webhook_signer(settings: Settings, *, create: bool = False) -> WebhookSigner:
+    """The webhook secrets: ``LONGHAUL_WEBHOOK_SECRET(S)``, else the data directory's secret file.
+
+    With ``create`` (``longhaul up``) a missing file is made with a fresh secret (mode 0600).
+    """
+    default = settings.webhook_secret
+    if default is None:
+        path = settings.data_dir / WEBHOOK_SECRET_FILE
+        if path.exists():
+            default = path.read_text().strip()
+            try:
+                secret_key(default)
+            except ValueError as error:
+                raise ConfigurationError(f"{path}: {error}") from None
+        elif create:
+            default = _write_secret(path)
+        else:
+            raise ConfigurationError(
+                "LONGHAUL_WEBHOOK_SECRET is not set and there is no "
+                f"{path} (which `longhaul up` makes): set it to a secret such as {new_secret()}"
+            )
+    return WebhookSigner(default=default, per_tenant=dict(settings.webhook_secrets))
+
+
+def _write_secret(path: Path) -> str:
+    secret = new_secret()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x", encoding="utf-8") as file:
+        path.chmod(0o600)
+        file.write(secret + "\n")
+    return secret
+
+
+def dispatch_config(settings: Settings) -> DispatchConfig:
+    """A dispatcher's identity (host:pid:random), retry policy and limits."""
+    return DispatchConfig(
+        dispatcher_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
+        policy=webhook_retry(
+            total_s=settings.webhook_retry_for.total_seconds(),
+            first_delay_s=settings.webhook_retry_first_delay_seconds,
+            max_delay_s=settings.webhook_retry_max_delay_seconds,
+        ),
+        timeout_s=settings.webhook_timeout_seconds,
+        concurrency=settings.webhook_concurrency,
+        allow_private=settings.allow_private_webhooks,
+    )

@@ -250,6 +250,23 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             for row in rows
         ]
 
+    def select_events_at(self, keys: Sequence[tuple[UUID, int]]) -> dict[tuple[UUID, int], StoredEvent]:
+        """The stored events at ``(task id, version)`` of ``keys``, in one query (missing ones left out)."""
+        if not keys:
+            return {}
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                SQL(
+                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
+                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
+                    " ON e.originator_id = k.id AND e.originator_version = k.version"
+                ).format(Identifier(self.datastore.schema), Identifier(self.events_table_name)),
+                ([k[0] for k in keys], [k[1] for k in keys]),
+            )
+            return {
+                (row["originator_id"], row["originator_version"]): _stored(row) for row in curs.fetchall()
+            }
+
     # ------------------------------------------------------------------ archive and purge
 
     def expired_tasks(self, limit: int, *, after: UUID | None = None) -> list[tuple[UUID, str]]:

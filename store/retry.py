@@ -1,4 +1,4 @@
-"""The one conflict-retry policy, and the executor every use case writes through.
+"""The one retry policy (lost races, webhook deliveries), and the executor every use case writes through.
 
 A use case is *load -> command -> save*. The save loses an optimistic race (``ConflictError``)
 when someone appended to the task first; the executor then reloads the task and runs the command
@@ -40,31 +40,61 @@ AsyncSave = Callable[[Task], Awaitable[None]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How many lost races a use case survives, and how long it waits after each.
+    """How often, and for how long, something that failed is tried again, and how long to wait.
 
-    The pause after the n-th lost attempt lies in ``[c/2, c]`` (uniformly drawn), where the
+    The pause after the n-th failed attempt lies in ``[c/2, c]`` (uniformly drawn), where the
     ceiling ``c = min(max_delay_s, first_delay_s * 2 ** (n - 1))`` doubles with each attempt.
+    The policy gives up after ``max_attempts`` attempts, or when the next pause would end more
+    than ``total_s`` after the first attempt began (``None``: no such limit).
     """
 
-    max_attempts: int
+    max_attempts: int | None
     first_delay_s: float
     max_delay_s: float
+    total_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("a retry policy makes at least one attempt")
         if not 0 < self.first_delay_s <= self.max_delay_s:
             raise ValueError("delays must satisfy 0 < first_delay_s <= max_delay_s")
+        if self.total_s is not None and self.total_s < 0:
+            raise ValueError("total_s must not be negative")
 
     def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
-        """The pause after lost attempt ``attempt`` (1 for the first); ``draw`` gives [0, 1)."""
-        ceiling = min(self.max_delay_s, self.first_delay_s * 2.0 ** (attempt - 1))
+        """The pause after failed attempt ``attempt`` (1 for the first); ``draw`` gives [0, 1)."""
+        ceiling = min(self.max_delay_s, self.first_delay_s * 2.0 ** min(attempt - 1, 1000))
         return ceiling * (1 + draw()) / 2
+
+    def next_delay(
+        self, attempt: int, elapsed_s: float, draw: Callable[[], float] = random.random
+    ) -> float | None:
+        """The pause after failed attempt ``attempt``, ``elapsed_s`` after the first began; None: give up."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return None
+        pause = self.delay(attempt, draw)
+        if self.total_s is not None and elapsed_s + pause > self.total_s:
+            return None
+        return pause
 
 
 CONFLICT_RETRY = RetryPolicy(max_attempts=10, first_delay_s=0.005, max_delay_s=0.25)
 """The policy of every use case: at most 10 attempts, pauses from 2.5-5 ms up to 125-250 ms
 (about 1 s in all before giving up)."""
+
+
+def webhook_retry(total_s: float, first_delay_s: float = 1.0, max_delay_s: float = 3600.0) -> RetryPolicy:
+    """The webhook dispatcher's policy: no attempt limit, giving up after ``total_s``.
+
+    Pauses grow from ``first_delay_s`` to ``max_delay_s``; the policy gives up once the next
+    attempt would start more than ``total_s`` after the first one.
+    """
+    return RetryPolicy(
+        max_attempts=None,
+        first_delay_s=first_delay_s,
+        max_delay_s=max(first_delay_s, max_delay_s),
+        total_s=total_s,
+    )
 
 
 def run_with_retries(
@@ -135,6 +165,7 @@ async def run_with_retries_async(
 
 def _pause_after(policy: RetryPolicy, attempt: int, task: Task, error: ConflictError) -> float:
     """The pause before the next attempt, or ``RetriesExhaustedError`` if none is left."""
-    if attempt >= policy.max_attempts:
+    pause = policy.next_delay(attempt, 0.0)
+    if pause is None:
         raise RetriesExhaustedError(task.id, attempt) from error
-    return policy.delay(attempt)
+    return pause

@@ -19,7 +19,7 @@ async def test_card_declares_the_jsonrpc_interface_and_capabilities(client: http
     assert card["supportedInterfaces"] == [
         {"url": f"{PUBLIC_URL}/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]
-    assert card["capabilities"] == {"streaming": False, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": False, "pushNotifications": True}
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
     assert card["defaultOutputModes"] == ["text/plain", "application/json"]
 

@@ -8,8 +8,8 @@ from uuid import UUID
 
 import pytest
 
-from api.task_wire import task_to_wire
 from domain.task import Task
+from projections.task_wire import task_to_wire
 from store.application import TaskApplication
 from tests.api.support import FakeClock, Rpc, user_message
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 import httpx
 import psycopg
@@ -18,6 +19,7 @@ from domain.states import TaskState
 from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
+from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
 from store.run_queue import RunQueueRow
 from tests.api.support import http_client, log_position
 from tests.support.tasks import new_task
@@ -110,3 +112,39 @@ async def test_relay_and_projection_lag(
     _, samples = await _scrape(app)
     assert samples[("longhaul_projection_position", ())] == 5
     assert samples[("longhaul_projection_lag", ())] == 0
+
+
+@pytest.mark.postgres
+async def test_webhook_backlog_attempts_and_give_ups(
+    store: TaskApplication, store_config: StoreConfig, make_app: Callable[..., Litestar]
+) -> None:
+    recorder = DeliveryRecorder(store_config.database_url, store_config.schema, pool_size=1)
+    await recorder.open()
+    try:
+        task_id = uuid4()
+        new = [
+            NewDelivery(f"msg_{c}", task_id, "acme", 3, "Completed", NOW, c, "https://example.com", "{}")
+            for c in ("a", "b", "c")
+        ]
+        lease = timedelta(seconds=30)
+        recorded = await recorder.record(new, NOW, claimant="me", lease=lease)
+        assert recorded.new == 3
+        assert (await recorder.record(new, NOW, claimant="me", lease=lease)).new == 0  # nothing new
+        claimed = {d.config_id: d for d in recorded.claimed}  # each the head of its lane
+        assert sorted(claimed) == ["a", "b", "c"]
+        delivered = Attempt(1, NOW, 1.0, 200, None, "delivered", "me")
+        assert await recorder.finish(claimed["a"], delivered, state="delivered")
+        refused = Attempt(1, NOW, 1.0, 400, "HTTP 400", "gave_up", "me")
+        assert await recorder.finish(claimed["b"], refused, state="gave_up")
+        retry = Attempt(1, NOW, 1.0, 503, "HTTP 503", "retry", "me")
+        later = NOW + timedelta(seconds=5)
+        assert await recorder.finish(claimed["c"], retry, state="pending", next_attempt_at=later)
+    finally:
+        await recorder.close()
+    _, samples = await _scrape(make_app())
+    assert samples[("longhaul_webhook_backlog", ())] == 1
+    assert samples[("longhaul_webhook_deliveries", (("state", "delivered"),))] == 1
+    assert samples[("longhaul_webhook_deliveries", (("state", "refused"),))] == 0
+    assert samples[("longhaul_webhook_attempts_total", (("outcome", "retry"),))] == 1
+    assert samples[("longhaul_webhook_attempts_total", (("outcome", "delivered"),))] == 1
+    assert samples[("longhaul_webhook_give_ups_total", ())] == 1

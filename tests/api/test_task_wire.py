@@ -8,8 +8,8 @@ from uuid import uuid4
 import pytest
 
 from api import wire
-from api.task_wire import iso_millis, task_to_wire
 from domain.task import Task
+from projections.task_wire import iso_millis, task_to_wire
 
 
 def _task(history_extra: int = 0) -> Task:

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from standardwebhooks.webhooks import Webhook
 
-from tests.support.processes import free_port, rpc, wait_for_http
+from tests.support.processes import free_port, rpc, wait_for_http, wait_until
+from tests.support.webhooks import Receiver
 
 AGENT_CARD_WITHIN_S = 20
 
@@ -55,7 +57,8 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
     base = f"http://127.0.0.1:{port}"
 
     started = time.monotonic()
-    up = _start_up(tmp_path, port)
+    up = _start_up(tmp_path, port, allow_private_webhooks="true")
+    hooks = Receiver().start()
     try:
         wait_for_http(f"{base}/.well-known/agent-card.json", AGENT_CARD_WITHIN_S)
         assert time.monotonic() - started < AGENT_CARD_WITHIN_S
@@ -69,7 +72,21 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
         task = sent["result"]["task"]  # type: ignore[index]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert task["artifacts"][0]["parts"][0]["text"] == "still here after a restart?"
+        # up runs the dispatcher, signing with the secret it made in its data directory.
+        config = {"url": hooks.url(), "token": "tok"}
+        hooked = {**message, "messageId": str(uuid.uuid4())}
+        rpc(base, "SendMessage", {"message": hooked, "configuration": {"taskPushNotificationConfig": config}})
+        wait_until(lambda: len(hooks.answered()) >= 3, AGENT_CARD_WITHIN_S, "three webhooks from up")
+        secret = (tmp_path / ".longhaul" / "webhook-secret").read_text().strip()
+        for request in hooks.answered():
+            Webhook(secret).verify(request.body, request.headers)
+        assert [next(iter(r.json)) for r in hooks.answered()] == [
+            "statusUpdate",
+            "artifactUpdate",
+            "statusUpdate",
+        ]
     finally:
+        hooks.stop()
         assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
 
     # The data lives in ./.longhaul by default.
@@ -86,9 +103,10 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
         while (listed := rpc(base, "ListTasks", {})["result"])["totalSize"] == 0:  # type: ignore[index]
             assert time.monotonic() < deadline, "the projector never listed the task"
             time.sleep(0.1)
-        assert [t["id"] for t in listed["tasks"]] == [task["id"]]  # type: ignore[index]
+        assert task["id"] in [t["id"] for t in listed["tasks"]]  # type: ignore[index]
     finally:
         assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
+    assert (tmp_path / ".longhaul" / "webhook-secret").read_text().strip() == secret  # kept
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False)
     assert leftovers.stdout.strip() == "", f"processes left running: {leftovers.stdout}"
 

@@ -27,7 +27,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 LATEST = migrations.latest_version()
 VIEW_TABLES = {"longhaul_task_view", "longhaul_task_view_tracking"}
 """Added by 0003, after versioned migrations began: a schema of version 0 never had them."""
-OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | VIEW_TABLES
+DELIVERY_TABLES = {"longhaul_deliveries", "longhaul_delivery_attempts"}
+"""Added by 0004 (the webhook delivery record)."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES
+OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
 
@@ -179,7 +182,7 @@ def test_a_schema_from_before_migrations_is_adopted_with_its_data(schema_v0: Sto
         report = store.schema_migrations
         assert report is not None
         assert (report.found, report.version) == (0, LATEST)
-        assert _tables(schema_v0) == before | {VERSION_TABLE} | VIEW_TABLES
+        assert _tables(schema_v0) == before | {VERSION_TABLE} | NEW_TABLES
         assert _versions(schema_v0) == _all_versions()
         for row in V0_ROWS:
             assert store.run_queue.row(row.task_id) == row

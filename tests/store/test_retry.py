@@ -10,12 +10,14 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from domain.errors import LeaseLostError, TaskTerminalError
 from domain.task import Task
 from store.application import TaskApplication
 from store.errors import ConflictError, RetriesExhaustedError
-from store.retry import CONFLICT_RETRY, RetryPolicy, run_with_retries, run_with_retries_async
+from store.retry import CONFLICT_RETRY, RetryPolicy, run_with_retries, run_with_retries_async, webhook_retry
 from tests.support.tasks import new_task
 from workers.committer import Committer
 from workers.lease import LeasedTask
@@ -89,6 +91,47 @@ def test_a_policy_needs_an_attempt_and_ordered_positive_delays(
 ) -> None:
     with pytest.raises(ValueError, match=r"retry policy|delays"):
         RetryPolicy(max_attempts=attempts, first_delay_s=first, max_delay_s=most)
+
+
+@given(
+    attempt=st.integers(min_value=1, max_value=10_000),
+    elapsed=st.floats(min_value=0, max_value=200_000),
+    first=st.floats(min_value=0.01, max_value=10),
+    most=st.floats(min_value=10, max_value=7200),
+    total=st.floats(min_value=0, max_value=100_000),
+    draw=st.floats(min_value=0, max_value=0.999999),
+)
+def test_a_webhook_pause_is_bounded_and_never_runs_past_the_total_time(
+    attempt: int, elapsed: float, first: float, most: float, total: float, draw: float
+) -> None:
+    policy = webhook_retry(total_s=total, first_delay_s=first, max_delay_s=most)
+    pause = policy.next_delay(attempt, elapsed, lambda: draw)
+    ceiling = min(most, first * 2.0 ** min(attempt - 1, 1000))
+    if pause is None:
+        assert elapsed + ceiling * (1 + draw) / 2 > total  # gives up only when the pause would overrun
+    else:
+        assert ceiling / 2 <= pause <= ceiling
+        assert elapsed + pause <= total
+
+
+def test_the_webhook_policy_has_no_attempt_limit_and_gives_up_by_time() -> None:
+    policy = webhook_retry(total_s=24 * 3600.0)
+    assert policy.max_attempts is None
+    assert policy.next_delay(500, 3600.0, lambda: 0.0) == 1800.0  # the ceiling's half, an hour in
+    assert policy.next_delay(2, 24 * 3600.0 - 0.5, lambda: 0.0) is None
+    pauses, elapsed, attempt = [], 0.0, 1
+    while (pause := policy.next_delay(attempt, elapsed, lambda: 0.5)) is not None:
+        pauses.append(pause)
+        elapsed += pause
+        attempt += 1
+    assert 30 < len(pauses) < 50  # 12 doublings, then about one attempt every 45 min
+    assert elapsed <= 24 * 3600.0
+
+
+def test_the_conflict_policy_is_an_instance_with_an_attempt_limit() -> None:
+    assert isinstance(CONFLICT_RETRY, RetryPolicy)
+    assert CONFLICT_RETRY.next_delay(CONFLICT_RETRY.max_attempts or 0, 0.0) is None
+    assert CONFLICT_RETRY.next_delay(1, 0.0) is not None
 
 
 # ---------------------------------------------------------------------------------- the executor

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from domain.task import Task
@@ -16,6 +17,7 @@ from longhaul.cli import main
 from projections.task_view import open_view, projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
+from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
 from store.errors import TaskNotFoundError
 from store.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
@@ -236,3 +238,36 @@ def test_a_task_is_purged_only_at_the_archived_version(store: TaskApplication) -
     assert recorder.purge(task.id, version=task.version)
     assert _gone(store, task.id)
     assert not recorder.purge(task.id, version=task.version)  # nothing left
+
+
+async def test_an_archived_task_leaves_no_webhook_delivery_behind(
+    store: TaskApplication, tmp_path: Path
+) -> None:
+    expired, kept = _expired(store), _ended(store)
+    config = store.config
+    assert isinstance(config, StoreConfig)
+    recorder = DeliveryRecorder(config.database_url, config.schema, pool_size=1)
+    await recorder.open()
+    try:
+        new = [
+            NewDelivery(
+                f"msg_{t.id.hex}", t.id, "acme", 3, "Canceled", START, "c", "https://example.com", "{}"
+            )
+            for t in (expired, kept)
+        ]
+        recorded = await recorder.record(new, START, claimant="me", lease=timedelta(seconds=30))
+        for delivery in recorded.claimed:
+            attempt = Attempt(1, START, 1.0, 200, None, "delivered", "me")
+            assert await recorder.finish(delivery, attempt, state="delivered")
+    finally:
+        await recorder.close()
+
+    archive_expired(store, tmp_path, clock=clock)
+
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        assert task_deliveries(conn, config.schema, expired.id) == []  # its attempts went with it
+        assert [d.state for d, _ in task_deliveries(conn, config.schema, kept.id)] == ["delivered"]
+        (attempts,) = conn.execute(
+            f'SELECT count(*) FROM "{config.schema}".longhaul_delivery_attempts'
+        ).fetchone() or (None,)
+        assert attempts == 1

@@ -1,0 +1,371 @@
+"""Commit -> NATS and commit -> webhook delivered, under sustained load, beside raw NATS latency.
+
+Tasks with a push config pointing at a local receiver are committed at ``--rate`` per second,
+each in one commit of its whole short life (``Submitted``, ``PushConfigSet``, ``LeaseGranted``,
+``Completed``): two webhooks each (``statusUpdate`` WORKING and COMPLETED). A ``longhaul relay``
+and a ``longhaul dispatcher`` process carry them; this process commits, listens on the
+deployment's subjects (core NATS subscription: when the relay's message arrives) and runs the
+receiver (a threaded HTTP server: when the POST arrives). The commit time is taken right after
+the commit returns; every time is the wall clock of this one machine.
+
+The baseline, in the same run and at the same rate: a core NATS publish on a plain subject to a
+subscriber in this process (publish -> receive), and a JetStream publish (publish -> ack).
+Target: commit -> webhook p99 under 50 ms at 200 tasks/s.
+
+    uv run python -m bench.webhook_latency            # 200 tasks/s for 30 s
+    uv run python -m bench.webhook_latency --quick    # 200 tasks/s for 8 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import nats
+import psutil
+
+from bench.common import (
+    REPO_ROOT,
+    base_parser,
+    fresh_schema,
+    machine_info,
+    summary_ms,
+    table,
+    utc_now,
+    write_results,
+)
+from domain.task import Task
+from store.application import TaskApplication
+from store.config import StoreConfig
+from workers.webhook_signing import new_secret
+
+TARGET_P99_MS = 50.0
+WARMUP_S = 2.0
+SUBMITTERS = 4
+"""Threads committing at once (a commit takes a few ms; one thread alone falls behind the rate)."""
+
+
+class Arrivals:
+    """Arrival times (wall clock) keyed by what arrived, from several threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[tuple[str, str], float] = {}
+
+    def add(self, key: tuple[str, str], at: float) -> None:
+        with self.lock:
+            self.times.setdefault(key, at)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.times)
+
+
+def receiver(arrivals: Arrivals) -> ThreadingHTTPServer:
+    """The webhook receiver: records when each task's WORKING / COMPLETED update arrived."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a real receiver would
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            at = time.time()
+            update = json.loads(body).get("statusUpdate")
+            if update is not None:
+                arrivals.add((update["taskId"], update["status"]["state"]), at)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def new_task(url: str) -> Task:
+    now = utc_now()
+    task = Task.submit(
+        task_id=uuid.uuid4(),
+        now=now,
+        tenant="bench",
+        context_id=str(uuid.uuid4()),
+        skill="bench-noop-1",
+        skill_version=1,
+        message={"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]},
+        params={},
+    )
+    task.set_push_config(now=now, config={"id": "hook", "url": url, "token": "bench-token"})
+    epoch = task.grant_lease(worker="bench", now=now, until=now + timedelta(minutes=5))
+    task.complete(epoch=epoch, now=now, message=None)
+    return task
+
+
+def submit(
+    store: TaskApplication, url: str, rate: float, seconds: float, committed: dict[str, float]
+) -> None:
+    """Commit tasks at ``rate`` per second for ``seconds``, noting each commit's time."""
+    began = time.monotonic()
+    next_at = began
+    while time.monotonic() - began < seconds:
+        task = new_task(url)
+        store.save_tasks(task)
+        committed[str(task.id)] = time.time()
+        next_at += 1 / rate
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+class Watcher:
+    """An asyncio loop in a thread: the deployment's subjects, and the raw NATS baseline."""
+
+    def __init__(self, nats_url: str, prefix: str, stream: str, arrivals: Arrivals, rate: float) -> None:
+        self.nats_url, self.prefix, self.stream, self.arrivals, self.rate = (
+            nats_url,
+            prefix,
+            stream,
+            arrivals,
+            rate,
+        )
+        self.core: list[float] = []
+        self.jetstream: list[float] = []
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        client = await nats.connect(self.nats_url)
+
+        async def relayed(msg: Any) -> None:
+            event = json.loads(msg.data)
+            self.arrivals.add((event["taskId"], event["type"]), time.time())
+
+        await client.subscribe(f"{self.prefix}.tasks.>", cb=relayed)
+        ping = f"bench.{uuid.uuid4().hex[:8]}.ping"
+
+        async def pinged(msg: Any) -> None:
+            self.core.append(time.time() - float(msg.data))
+
+        await client.subscribe(ping, cb=pinged)
+        js = client.jetstream()
+        baseline_stream = f"BENCH_{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=baseline_stream, subjects=[f"{ping}.js"])
+        await client.flush()
+        self.ready.set()
+        try:
+            next_at = time.monotonic()
+            while not self.stop.is_set():
+                sent = time.time()
+                await client.publish(ping, str(sent).encode())
+                await client.flush()
+                t0 = time.perf_counter()
+                await js.publish(f"{ping}.js", b"x")
+                self.jetstream.append(time.perf_counter() - t0)
+                next_at += 1 / self.rate
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        finally:
+            await js.delete_stream(baseline_stream)
+            await client.close()
+
+
+def start(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "longhaul.cli", command],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_for(log: Path, text: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{text!r} not in {log}:\n{log.read_text(errors='replace')}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+HEADLINE = "commit -> webhook delivered (last of the commit, COMPLETED)"
+RAW = "baseline: core NATS publish -> receive, plain subject"
+
+
+def latencies(
+    committed: dict[str, float], times: dict[tuple[str, str], float], watcher: Watcher
+) -> dict[str, dict[str, float]]:
+    """Each path's latency summary, tasks of the warm-up left out."""
+    start = min(committed.values())
+    warm = {t: at for t, at in committed.items() if at - start >= WARMUP_S}
+
+    def since_commit(key: str) -> list[float]:
+        return [times[(t, key)] - at for t, at in warm.items() if (t, key) in times]
+
+    from_nats = [
+        times[(t, "TASK_STATE_COMPLETED")] - times[(t, "Completed")]
+        for t in warm
+        if (t, "TASK_STATE_COMPLETED") in times and (t, "Completed") in times
+    ]
+    return {
+        "commit -> NATS (relay's message of the commit's last event)": summary_ms(since_commit("Completed")),
+        "commit -> webhook delivered (first of the commit, WORKING)": summary_ms(
+            since_commit("TASK_STATE_WORKING")
+        ),
+        HEADLINE: summary_ms(since_commit("TASK_STATE_COMPLETED")),
+        "NATS -> webhook delivered (the dispatcher's part, COMPLETED)": summary_ms(from_nats),
+        RAW: summary_ms(watcher.core),
+        "baseline: JetStream publish -> ack": summary_ms(watcher.jetstream),
+    }
+
+
+def service_env(database_url: str, schema: str, nats_url: str, stream: str, prefix: str) -> dict[str, str]:
+    """The environment of the relay and dispatcher processes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
+    return env | {
+        "LONGHAUL_DATABASE_URL": database_url,
+        "LONGHAUL_DATABASE_SCHEMA": schema,
+        "LONGHAUL_NATS_URL": nats_url,
+        "LONGHAUL_NATS_STREAM": stream,
+        "LONGHAUL_NATS_SUBJECT_PREFIX": prefix,
+        "LONGHAUL_WEBHOOK_SECRET": new_secret(),
+        "LONGHAUL_ALLOW_PRIVATE_WEBHOOKS": "true",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+
+def load(store: TaskApplication, url: str, rate: float, seconds: float) -> tuple[dict[str, float], float]:
+    """Commit tasks at ``rate`` per second for ``seconds`` from ``SUBMITTERS`` threads: commit times."""
+    committed: dict[str, float] = {}
+    began = time.monotonic()
+    submitters = [
+        threading.Thread(target=submit, args=(store, url, rate / SUBMITTERS, seconds, committed))
+        for _ in range(SUBMITTERS)
+    ]
+    for thread in submitters:
+        thread.start()
+    for thread in submitters:
+        thread.join()
+    return committed, time.monotonic() - began
+
+
+def arguments() -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "webhook latency")
+    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--rate", type=float, default=200.0, help="tasks committed per second")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long the load lasts")
+    parser.add_argument("--concurrency", type=int, help="LONGHAUL_WEBHOOK_CONCURRENCY (default: its default)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds = min(args.seconds, 8.0)
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    info = machine_info(args.database_url)
+    arrivals = Arrivals()
+    server = receiver(arrivals)
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    token = uuid.uuid4().hex[:8]
+    stream, prefix = f"BENCH_WH_{token}", f"benchwh{token}"
+    logs = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
+    with fresh_schema(args.database_url, "webhook") as schema:
+        store = TaskApplication(
+            StoreConfig(database_url=args.database_url, schema=schema, pool_size=SUBMITTERS)
+        )
+        env = service_env(args.database_url, schema, args.nats_url, stream, prefix)
+        if args.concurrency:
+            env["LONGHAUL_WEBHOOK_CONCURRENCY"] = str(args.concurrency)
+        relay = start("relay", env, logs / "relay.log")
+        dispatcher = start("dispatcher", env, logs / "dispatcher.log")
+        watcher = Watcher(args.nats_url, prefix, stream, arrivals, args.rate)
+        try:
+            wait_for(logs / "relay.log", "is the leader")
+            wait_for(logs / "dispatcher.log", "following stream")
+            watcher.thread.start()
+            watcher.ready.wait(30)
+            committed, load_s = load(store, url, args.rate, args.seconds)
+            expected = len(committed) * 6  # 4 events on NATS, 2 webhooks per task
+            deadline = time.monotonic() + 60
+            while arrivals.count() < expected and time.monotonic() < deadline:
+                time.sleep(0.1)
+            watcher.stop.set()
+            watcher.thread.join(10)
+            cpu = {
+                name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2)
+                for name, p in (("relay", relay), ("dispatcher", dispatcher))
+            }
+        finally:
+            stop(dispatcher)
+            stop(relay)
+            store.close()
+            server.shutdown()
+    rows = latencies(committed, arrivals.times, watcher)
+    core = rows[RAW]
+    missing = sum(
+        1
+        for t in committed
+        for s in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED")
+        if (t, s) not in arrivals.times
+    )
+    print(f"\nCPU seconds of the processes over the whole run: {cpu}")
+    rate = len(committed) / load_s
+    print(f"{len(committed)} tasks in {load_s:.1f} s ({rate:.0f}/s), {missing} webhooks missing")
+    print(
+        table(
+            ["path", "n", "p50 ms", "p99 ms", "max ms"],
+            [[name, s["n"], s["median_ms"], s["p99_ms"], s["max_ms"]] for name, s in rows.items()],
+        )
+    )
+    p99 = rows[HEADLINE]["p99_ms"]
+    ratio = p99 / core["p99_ms"] if core["p99_ms"] else float("nan")
+    print(f"\ncommit -> webhook p99 {p99:.1f} ms (target < {TARGET_P99_MS:.0f} ms), {ratio:.0f}x raw NATS")
+    write_results(
+        "webhook_latency",
+        {
+            "machine": info,
+            "rate_per_s": args.rate,
+            "webhook_concurrency": args.concurrency or "default",
+            "load_seconds": round(load_s, 2),
+            "tasks": len(committed),
+            "warmup_excluded_s": WARMUP_S,
+            "webhooks_missing": missing,
+            "process_cpu_seconds": cpu,
+            "latency": rows,
+            "target_p99_ms": TARGET_P99_MS,
+            "webhook_p99_over_raw_nats_p99": round(ratio, 1),
+            "logs": str(logs),
+        },
+        args,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The dispatcher: signed StreamResponses reach receivers, in order, through outages, or give up visibly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from projections.stream_response import event_stream_response
+from projections.subjects import NatsNames
+from store.application import TaskApplication
+from store.config import StoreConfig
+from store.deliveries import task_deliveries
+from store.retry import webhook_retry
+from tests.support.tasks import new_task
+from tests.support.webhooks import Receiver, finished_task
+from tests.webhooks.conftest import FAST, Run, eventually
+from workers.dispatcher import Dispatcher
+from workers.relay import Relay
+from workers.webhook_signing import WebhookSigner
+
+
+def _deliveries(store: TaskApplication, task_id: Any) -> list[Any]:
+    config = store.config
+    assert isinstance(config, StoreConfig)
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        return task_deliveries(conn, config.schema, task_id)
+
+
+def _expected_bodies(store: TaskApplication, task_id: Any) -> list[dict[str, Any]]:
+    """The StreamResponses of the task's events after its push config (v2), in version order."""
+    context = store.get(task_id).context_id
+    responses = [
+        event_stream_response(event, context)
+        for event in store.history(task_id)
+        if event.originator_version > 2
+    ]
+    return [r for r in responses if r is not None]
+
+
+async def test_events_arrive_as_signed_stream_responses_with_token_and_authorization(
+    store: TaskApplication, receiver: Receiver, dispatching: Run, secret: str
+) -> None:
+    task = finished_task(store, receiver.url())
+    async with dispatching():
+        await eventually(lambda: len(receiver.answered()) >= 3, message="3 deliveries")
+    received = receiver.answered()
+    assert len(received) == 3
+    assert [r.json for r in received] == _expected_bodies(store, task.id)
+    assert [next(iter(r.json)) for r in received] == ["statusUpdate", "artifactUpdate", "statusUpdate"]
+    assert received[0].json["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert received[-1].json["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert received[-1].json["statusUpdate"]["taskId"] == str(task.id)
+    verifier = Webhook(secret)
+    for request in received:
+        assert verifier.verify(request.body, request.headers) == request.json
+        assert request.headers["Authorization"] == "Bearer s3cret"
+        assert request.headers["X-A2A-Notification-Token"] == "tok-1"
+        assert request.headers["Content-Type"] == "application/a2a+json"
+    assert len({r.headers["webhook-id"] for r in received}) == 3
+    with pytest.raises(Exception, match="signature"):
+        Webhook(secret).verify(received[0].body + b" ", received[0].headers)
+    assert all(d.state == "delivered" and d.attempts == 1 for d, _ in _deliveries(store, task.id))
+
+
+async def test_a_receiver_down_then_up_gets_every_event_once_in_version_order(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    receiver.stop()  # connections refused
+    tasks = [finished_task(store, receiver.url(), artifacts=3) for _ in range(6)]
+    async with dispatching() as dispatcher:
+        await eventually(lambda: dispatcher.attempted >= 12, message="attempts against a refusing port")
+        await asyncio.sleep(4)
+        receiver.status = 503  # up, but failing
+        receiver.start()
+        await eventually(lambda: len(receiver.answered(503)) >= 12, message="503s")
+        await asyncio.sleep(4)
+        receiver.status = 200
+        await eventually(lambda: len(receiver.answered()) >= 6 * 5, within=30, message="every event")
+        await asyncio.sleep(0.5)  # nothing more may come
+    answered = receiver.answered()
+    assert len(answered) == 6 * 5
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for request in answered:
+        update = request.json.get("statusUpdate") or request.json["artifactUpdate"]
+        by_task[update["taskId"]].append(request.json)
+    for task in tasks:
+        # Each event once, in version order, after minutes of failures in front of it.
+        assert by_task[str(task.id)] == _expected_bodies(store, task.id)
+        recorded = _deliveries(store, task.id)
+        assert [d.state for d, _ in recorded] == ["delivered"] * 5
+        first, attempts = recorded[0]
+        assert first.attempts > 3
+        outcomes = [a.outcome for a in attempts]
+        assert outcomes[-1] == "delivered"
+        assert set(outcomes[:-1]) == {"retry"}
+        assert {a.http_status for a in attempts[:-1]} >= {None, 503}
+    ids = [r.headers["webhook-id"] for r in answered]
+    assert len(set(ids)) == len(ids)
+
+
+async def test_a_delivery_gives_up_after_the_retry_period_and_deliveries_shows_it(
+    store: TaskApplication, receiver: Receiver, dispatching: Run, cli: Any
+) -> None:
+    receiver.status = 503
+    task = finished_task(store, receiver.url(), artifacts=0)
+    policy = webhook_retry(total_s=1.0, first_delay_s=0.1, max_delay_s=0.2)
+    async with dispatching(policy=policy):
+        await eventually(
+            lambda: [d.state for d, _ in _deliveries(store, task.id)] == ["gave_up", "gave_up"],
+            message="both deliveries given up",
+        )
+    (first, attempts), _ = _deliveries(store, task.id)
+    assert attempts[-1].outcome == "gave_up"
+    assert "retry period ended" in (first.last_error or "")
+    assert (attempts[-1].started_at - first.created_at).total_seconds() + 0.25 >= 1.0
+    code, out, _ = cli("deliveries", str(task.id))
+    assert code == 0
+    assert out.count("GAVE UP") == 2
+    assert "503" in out
+    code, out, _ = cli("deliveries", str(task.id), "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["state"] for r in rows] == ["gave_up", "gave_up"]
+    assert rows[0]["attempts"][0]["httpStatus"] == 503
+
+
+async def test_a_client_error_gives_up_at_once_and_the_lane_moves_on(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    receiver.status = 400
+    task = finished_task(store, receiver.url(), artifacts=0)
+    async with dispatching():
+        await eventually(lambda: len(receiver.answered(400)) >= 2, message="both tried")
+    recorded = _deliveries(store, task.id)
+    assert [(d.state, d.attempts, d.last_status) for d, _ in recorded] == [("gave_up", 1, 400)] * 2
+
+
+async def test_a_slow_receiver_for_one_task_does_not_hold_up_another(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    receiver.delays["/slow"] = 1.2
+    slow = finished_task(store, receiver.url("/slow"), artifacts=2)
+    fast = [finished_task(store, receiver.url("/fast"), artifacts=2) for _ in range(3)]
+    async with dispatching():
+        await eventually(lambda: len(receiver.answered(path="/fast")) >= 12, message="fast lanes")
+        assert len(receiver.answered(path="/slow")) <= 1
+        await eventually(lambda: len(receiver.answered(path="/slow")) >= 4, message="the slow lane")
+    assert [r.json for r in receiver.answered(path="/slow")] == _expected_bodies(store, slow.id)
+    assert {d.state for t in fast for d, _ in _deliveries(store, t.id)} == {"delivered"}
+
+
+async def test_a_url_that_became_private_is_refused_at_delivery_and_recorded(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    task = finished_task(store, receiver.url(), artifacts=0)  # stored while private URLs were allowed
+    async with dispatching(allow_private=False):
+        await eventually(
+            lambda: [d.state for d, _ in _deliveries(store, task.id)] == ["refused", "refused"],
+            message="refused",
+        )
+    assert receiver.received == []
+    (first, attempts), _ = _deliveries(store, task.id)
+    assert "not a public address" in (first.last_error or "")
+    assert [a.outcome for a in attempts] == ["refused"]
+
+
+async def test_nothing_is_recorded_for_a_task_without_push_configs(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    now = datetime.now(UTC)
+    plain = new_task(now)
+    epoch = plain.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+    plain.complete(epoch=epoch, now=now, message=None)
+    store.save_tasks(plain)
+    with_config = finished_task(store, receiver.url(), artifacts=0)
+    async with dispatching():
+        await eventually(lambda: len(receiver.answered()) >= 2, message="the task with a config")
+    assert _deliveries(store, plain.id) == []
+    assert len(_deliveries(store, with_config.id)) == 2
+
+
+async def test_two_dispatchers_share_the_lanes_and_never_deliver_one_twice(
+    store: TaskApplication, receiver: Receiver, names: NatsNames, secret: str
+) -> None:
+    receiver.delays["/hook"] = 0.05
+    tasks = [finished_task(store, receiver.url(), artifacts=2) for _ in range(10)]
+    dispatchers = [
+        Dispatcher(
+            store=store,
+            names=names,
+            signer=WebhookSigner(default=secret),
+            config=replace(FAST, dispatcher_id=f"d{n}", concurrency=2),
+            clock=lambda: datetime.now(UTC),
+        )
+        for n in (1, 2)
+    ]
+    stop = asyncio.Event()
+    running = asyncio.gather(Relay(store=store, names=names).run(stop), *(d.run(stop) for d in dispatchers))
+    try:
+        await eventually(lambda: len(receiver.answered()) >= 40, within=30, message="every delivery")
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await running
+    answered = receiver.answered()
+    ids = [r.headers["webhook-id"] for r in answered]
+    assert len(ids) == len(set(ids)) == 40  # each once: no lane was delivered by both at once
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for request in answered:
+        update = request.json.get("statusUpdate") or request.json["artifactUpdate"]
+        by_task[update["taskId"]].append(request.json)
+    for task in tasks:
+        assert by_task[str(task.id)] == _expected_bodies(store, task.id)
+    who = {a.dispatcher for t in tasks for _, attempts in _deliveries(store, t.id) for a in attempts}
+    assert who == {"d1", "d2"}  # both delivered: the intake's leader does not keep every lane

@@ -1,0 +1,67 @@
+"""A durable JetStream pull consumer that hands over each message as soon as it arrives.
+
+nats-py's ``fetch(batch, timeout)`` keeps a pull request open until the batch is full or the
+timeout passes, so at any rate below ``batch`` per ``timeout`` a message waits up to the whole
+timeout (measured: commit -> webhook p50 of 200 ms at 100 tasks/s with ``fetch(256, 1.0)``).
+``Pull`` keeps one pull request of ``batch`` messages (``expires`` seconds) open on the durable
+consumer and yields whatever has arrived the moment anything has; a new request goes out when
+the last one is used up or expired, or when nothing answered it for longer than it could live
+(NATS restarted and forgot it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nats.js.api import Header, StatusCode
+
+EXPIRED = frozenset({StatusCode.REQUEST_TIMEOUT, StatusCode.NO_MESSAGES, StatusCode.CONFLICT})
+"""Statuses that end a pull request (expired, nothing left, or the server cut it short)."""
+
+
+class Pull:
+    """Messages of the durable consumer ``durable`` on ``stream``, in batches as they arrive."""
+
+    def __init__(
+        self, client: Any, stream: str, durable: str, *, batch: int = 256, expires: float = 5.0
+    ) -> None:
+        self.client = client
+        self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self.batch = batch
+        self.expires = expires
+
+    async def batches(self, stop: asyncio.Event) -> AsyncIterator[list[Any]]:
+        """Yield lists of messages (never empty) until ``stop`` is set; each message is to be acked."""
+        inbox = self.client.new_inbox()
+        subscription = await self.client.subscribe(inbox)
+        left, asked = 0, 0.0
+        try:
+            while not stop.is_set():
+                if left == 0 or time.monotonic() - asked > self.expires + 1.0:
+                    request = {"batch": self.batch, "expires": int(self.expires * 1e9)}
+                    await self.client.publish(self.next_subject, json.dumps(request).encode(), reply=inbox)
+                    left, asked = self.batch, time.monotonic()
+                try:
+                    first = await subscription.next_msg(timeout=0.5)
+                except TimeoutError:
+                    continue
+                arrived = [first]
+                while subscription.pending_msgs > 0:
+                    arrived.append(await subscription.next_msg(timeout=0.1))
+                messages = []
+                for message in arrived:
+                    status = message.headers.get(Header.STATUS) if message.headers else None
+                    if status is None:
+                        messages.append(message)
+                    elif status in EXPIRED:
+                        left = 0
+                    # else a heartbeat or another control message: nothing to hand over
+                left = max(0, left - len(messages))
+                if messages:
+                    yield messages
+        finally:
+            await subscription.unsubscribe()
