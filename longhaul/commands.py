@@ -584,6 +584,6 @@ def projections(settings: Settings, action: str) -> int:
             for label, rebuilt in rebuild_all(store):
                 print(f"{label}: rebuilt {rebuilt.tasks} tasks up to log position {rebuilt.position}")
         found = lags(store)
-    for label, lag in found:
-        print(f"{label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
+    for kept, lag in found:
+        print(f"{kept.label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
     return 0

@@ -31,16 +31,19 @@ LAG_LOG_S = 60.0
 
 @dataclass(frozen=True)
 class Kept:
-    """One projection the projector keeps: what operators call it, its runner, how to open its view."""
+    """One projection the projector keeps: its names, its runner, how to open its view."""
 
+    key: str
+    """Its name in metrics (the ``projection`` label)."""
     label: str
+    """Its name in logs and ``longhaul projections``."""
     runner: Callable[[StoreConfig], AbstractContextManager[ProjectionRunner[TaskApplication, Any]]]
     open: Callable[[TaskApplication], FoldedView[Any] | None]
 
 
 PROJECTIONS = (
-    Kept("current-task view", task_view.projection_runner, task_view.open_view),
-    Kept("retention index", retention_index.projection_runner, retention_index.open_index),
+    Kept("task_view", "current-task view", task_view.projection_runner, task_view.open_view),
+    Kept("retention_index", "retention index", retention_index.projection_runner, retention_index.open_index),
 )
 
 
@@ -95,11 +98,11 @@ def rebuild_all(store: TaskApplication) -> list[tuple[str, Rebuilt]]:
     return rebuilt
 
 
-def lags(store: TaskApplication) -> list[tuple[str, Lag]]:
+def lags(store: TaskApplication) -> list[tuple[Kept, Lag]]:
     """Every projection's position and lag; none for a memory store."""
     found = []
     for kept in PROJECTIONS:
         view = kept.open(store)
         if view is not None:
-            found.append((kept.label, view.lag(store)))
+            found.append((kept, view.lag(store)))
     return found
