@@ -62,6 +62,14 @@ class LogFollower:
         self._thread.start()
         return self
 
+    async def __aenter__(self) -> LogFollower:
+        """``__enter__`` off the event loop (it starts threads and takes a pooled connection)."""
+        return await asyncio.to_thread(self.__enter__)
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``__exit__`` off the event loop (it joins the reading threads)."""
+        await asyncio.to_thread(self.__exit__, *exc)
+
     def __exit__(self, *exc: object) -> None:
         with self._ready:
             self._stopping = True

@@ -178,7 +178,7 @@ class Relay:
             js = nc.jetstream()
             await ensure_stream(js, self.names, self.limits)
             position = await self._position(conn)
-            with LogFollower(self.store, after=position) as follower:
+            async with LogFollower(self.store, after=position) as follower:
                 while not stop.is_set():
                     batch = await follower.next_batch(IDLE_WAIT_S, stop)
                     if batch:
