@@ -61,7 +61,13 @@ class Sweeper:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep until ``stop`` is set."""
-        log.info("sweeper started (every %.1fs, retention %s)", self.interval, self.retention)
+        source = "the retention index (kept by the projector)" if self.index is not None else "the run queue"
+        log.info(
+            "sweeper started (every %.1fs, retention %s; expiry candidates from %s)",
+            self.interval,
+            self.retention,
+            source,
+        )
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sweep_once)
