@@ -66,8 +66,8 @@ class MigrationReport:
 
     @property
     def version(self) -> int:
-        """The schema's version now."""
-        return self.applied[-1].version if self.applied else self.found
+        """The schema's version now (the highest applied: one merged late may be lower)."""
+        return max([self.found, *(m.version for m in self.applied)])
 
 
 @cache
