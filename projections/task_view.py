@@ -23,9 +23,8 @@ import base64
 import binascii
 import contextlib
 import json
-import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -37,19 +36,14 @@ from typing_extensions import override
 
 from domain.states import TaskState
 from domain.task import Task
-from projections.folded_view import FoldedView, Lag, Rebuilt, projection_runner_for
+from projections.folded_view import FoldedView, projection_runner_for
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
 
-log = logging.getLogger(__name__)
-
-__all__ = ["Lag", "Rebuilt", "TaskViewRecorder", "TaskViewRow", "open_view", "projection_runner"]
-
 VIEW_NAME = "longhaul_task_view"
 """The projection's name: the view table, and ``<name>_tracking`` for its position."""
 VIEW_TABLE = VIEW_NAME
-TRACKING_TABLE = f"{VIEW_NAME}_tracking"
 
 _COLUMNS = (
     "task_id",
@@ -81,10 +75,6 @@ class TaskViewRow:
     """The version of the task's last event applied."""
     position: int
     """The log position (notification id) of that event."""
-
-    def values(self) -> tuple[Any, ...]:
-        """The row's column values, in ``_COLUMNS`` order."""
-        return tuple(asdict(self)[c] for c in _COLUMNS)
 
 
 def next_row(row: TaskViewRow | None, event: Task.Event, position: int) -> TaskViewRow | None:
