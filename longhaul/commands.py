@@ -33,6 +33,7 @@ from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, Embed
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message
 from projections.projector import lags, rebuild_all, run_projector
+from projections.subjects import server_urls
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
 from store.errors import TaskNotFoundError
@@ -131,7 +132,9 @@ async def _gateway_app(
     if settings.nats_url is not None and settings.store == "postgres":
         try:
             # With unlimited reconnects nats-py retries the first connect forever: bound it here.
-            client = await asyncio.wait_for(nats.connect(settings.nats_url, max_reconnect_attempts=-1), 10)
+            client = await asyncio.wait_for(
+                nats.connect(server_urls(settings.nats_url), max_reconnect_attempts=-1), 10
+            )
             waiter = NatsWaiter(client, wiring.nats_names(settings), store)
         except Exception as error:  # noqa: BLE001 - serve anyway; blocking calls poll the log
             log.warning(

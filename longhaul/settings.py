@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from projections.subjects import server_urls
 from store.retention import parse_key
 
 PREFIX = "LONGHAUL_"
@@ -36,7 +37,8 @@ class Settings(BaseSettings):
     )
     database_schema: str = Field(default="public", description="Schema that holds longhaul's tables.")
     nats_url: str | None = Field(
-        default=None, description="NATS URL (nats://host:port). Unset: embedded NATS."
+        default=None,
+        description="NATS URL (nats://host:port), or several, comma-separated. Unset: embedded NATS.",
     )
     nats_stream: str = Field(default="LONGHAUL_TASKS", description="JetStream stream for task events.")
     nats_subject_prefix: str = Field(
@@ -104,9 +106,13 @@ class Settings(BaseSettings):
     @field_validator("nats_url")
     @classmethod
     def _check_nats_url(cls, value: str | None) -> str | None:
-        if value and not value.startswith(("nats://", "tls://")):
-            raise ValueError("must start with nats:// (for example nats://127.0.0.1:4222)")
-        return value or None
+        parts = server_urls(value or "")
+        if any(not part.startswith(("nats://", "tls://")) for part in parts):
+            raise ValueError(
+                "must start with nats:// (for example nats://127.0.0.1:4222, or several such URLs "
+                "separated by commas)"
+            )
+        return ",".join(parts) or None
 
     @field_validator("nats_subject_prefix", "nats_stream")
     @classmethod

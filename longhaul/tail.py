@@ -122,7 +122,7 @@ async def tail(
     reader went away.
     """
     out = out or sys.stdout
-    nc = await asyncio.wait_for(nats.connect(names.url, max_reconnect_attempts=-1), NATS_CONNECT_S)
+    nc = await asyncio.wait_for(nats.connect(names.urls, max_reconnect_attempts=-1), NATS_CONNECT_S)
     printed = 0
     try:
         js = nc.jetstream()

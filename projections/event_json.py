@@ -13,7 +13,8 @@ from uuid import UUID
 
 from domain.task import Task
 
-_ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
+ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
+"""Fields every stored event has; a message carries them as ``taskId``, ``version`` and ``time``."""
 
 
 def iso(value: datetime) -> str:
@@ -31,7 +32,7 @@ def event_body(event: Any) -> dict[str, Any]:
     ``PushConfigSet.config`` keeps a webhook's ``token`` and ``authentication.credentials`` in
     the log for delivery; the public form (NATS, ``longhaul history``) leaves them out.
     """
-    body = {k: v for k, v in vars(event).items() if k not in _ENVELOPE_FIELDS}
+    body = {k: v for k, v in vars(event).items() if k not in ENVELOPE_FIELDS}
     if isinstance(event, Task.PushConfigSet):
         body["config"] = public_push_config(body["config"])
     return body

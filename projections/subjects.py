@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from uuid import UUID
 
 
+def server_urls(url: str) -> list[str]:
+    """The server URLs of a ``LONGHAUL_NATS_URL``: one URL, or several separated by commas.
+
+    nats-py takes a list (one string is one server); a client connects to any of them and
+    learns the rest of a cluster from the server it reached.
+    """
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 def subject_token(value: str) -> str:
     """``value`` made safe as one NATS subject token."""
     cleaned = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
@@ -23,6 +32,11 @@ class NatsNames:
     url: str
     stream: str
     subject_prefix: str
+
+    @property
+    def urls(self) -> list[str]:
+        """The server URLs to connect to (``url`` split at commas: the nodes of a cluster)."""
+        return server_urls(self.url)
 
     @property
     def all_subjects(self) -> str:

@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 
 PROCESS_FOLDERS = ("crash", "e2e")
-PROCESS_FILES = ("test_code_quality.py", "test_embedded.py")
+PROCESS_FILES = ("test_code_quality.py", "test_embedded.py", "test_nats_servers.py")
 PROCESS_FIXTURES = frozenset({"cluster"})
 SERVICE_FIXTURES = frozenset({"database_url", "nats_url"})
 

@@ -172,7 +172,7 @@ class Relay:
 
     async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
-        nc = await asyncio.wait_for(nats.connect(self.names.url, max_reconnect_attempts=-1), NATS_CONNECT_S)
+        nc = await asyncio.wait_for(nats.connect(self.names.urls, max_reconnect_attempts=-1), NATS_CONNECT_S)
         self.max_payload = nc.max_payload
         try:
             js = nc.jetstream()

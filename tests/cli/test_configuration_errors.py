@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from longhaul import wiring
 from longhaul.cli import main
+from longhaul.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -44,3 +46,26 @@ def test_bad_retention_overrides_are_refused_at_start(
     err = capsys.readouterr().err
     assert "LONGHAUL_RETENTION_OVERRIDES" in err
     assert says in err
+
+
+def test_a_nats_cluster_is_several_urls_separated_by_commas() -> None:
+    settings = Settings(nats_url=" nats://10.0.0.1:4222, nats://10.0.0.2:4222 ,tls://10.0.0.3:4222")
+
+    assert settings.nats_url == "nats://10.0.0.1:4222,nats://10.0.0.2:4222,tls://10.0.0.3:4222"
+    assert wiring.nats_names(settings).urls == [
+        "nats://10.0.0.1:4222",
+        "nats://10.0.0.2:4222",
+        "tls://10.0.0.3:4222",
+    ]
+
+
+def test_each_nats_url_of_a_list_is_checked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LONGHAUL_NATS_URL", "nats://10.0.0.1:4222,10.0.0.2:4222")
+
+    assert main(["relay"]) == 2
+
+    err = capsys.readouterr().err
+    assert "LONGHAUL_NATS_URL" in err
+    assert "must start with nats://" in err

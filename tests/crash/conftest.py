@@ -1,4 +1,5 @@
-"""The ``cluster`` fixture: real ``longhaul`` processes on this test's schema, stopped afterwards."""
+"""The ``cluster`` fixture: real ``longhaul`` processes on this test's schema, stopped afterwards; and
+``nats_cluster``: three real ``nats-server`` nodes of this test's own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from longhaul.settings import Settings
 from tests.crash.cluster import Cluster
+from tests.support.nats_servers import NatsCluster
 
 
 @pytest.fixture
@@ -19,3 +21,10 @@ def cluster(settings: Settings, tmp_path: Path) -> Iterator[Cluster]:
         yield processes
     finally:
         processes.stop_all()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A started three-node JetStream cluster (``n1``..``n3``) of this test's own; stopped afterwards."""
+    with NatsCluster(tmp_path / "nats", size=3) as nodes:
+        yield nodes
