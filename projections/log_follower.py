@@ -9,7 +9,8 @@ that records its position once per batch (the relay) so pays one transaction per
 than one per event, as a ``Projection`` would.
 
 The reading thread only collects notifications; decoding happens in ``next_batch``, on the
-consumer's side, and the hand-over is one lock per batch: a reading thread busy beside the
+consumer's side, and the hand-over is one lock per batch (the reader wakes a waiting consumer
+with ``call_soon_threadsafe`` on its loop, no thread in between): a reading thread busy beside the
 event loop would make the loop wait for the GIL on every NATS acknowledgement (measured:
 ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a slow consumer holds the
 reading back instead of filling memory.
@@ -21,6 +22,7 @@ events read before it, then raises it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 from uuid import UUID
@@ -49,6 +51,9 @@ class LogFollower:
         self._limit = limit
         self._buffer = buffer
         self._ready = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrived: asyncio.Event | None = None
+        """Set (on the consumer's loop) when the first event arrives in an empty buffer, or the end."""
         self._items: list[Notification] = []
         self._ended: BaseException | None = None
         self._stopping = False
@@ -108,20 +113,28 @@ class LogFollower:
             return taken
 
     async def _wait(self, wait_s: float, stop: asyncio.Event | None) -> list[Notification]:
-        waiting = asyncio.ensure_future(asyncio.to_thread(self._wait_for_items, wait_s))
-        if stop is None:
-            await waiting
-        else:
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if stop.is_set():
-                return []
+        if self._arrived is None:
+            with self._ready:
+                self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
+        self._arrived.clear()
+        taken = self._take()  # what arrived before the reader knew of the loop, or since the clear
+        if taken is not None:
+            return taken
+        waits = [asyncio.ensure_future(self._arrived.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        _, pending = await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in pending:
+            waiting.cancel()
+        if stop is not None and stop.is_set():
+            return []
         return self._take() or []
 
-    def _wait_for_items(self, wait_s: float) -> None:
-        with self._ready:
-            self._ready.wait_for(lambda: self._items or self._ended is not None or self._stopping, wait_s)
+    def _signal(self) -> None:
+        """Wake the consumer waiting on its loop (called by the reader, holding ``_ready``)."""
+        if self._loop is not None and self._arrived is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                self._loop.call_soon_threadsafe(self._arrived.set)
 
     def _read(self) -> None:
         assert self._subscription is not None
@@ -135,10 +148,10 @@ class LogFollower:
                         return
                     self._items.append(notification)
                     if len(self._items) == 1:
-                        self._ready.notify_all()  # the consumer may be waiting for the first
+                        self._signal()  # the consumer may be waiting for the first
             ended = RuntimeError("the subscription to the log ended")
         except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
             ended = error
         with self._ready:
             self._ended = ended
-            self._ready.notify_all()
+            self._signal()
