@@ -9,7 +9,9 @@ returned (the commit).
 
 Baseline (same run, same PostgreSQL and NATS): the relay of ``--baseline-ref`` (default
 ``main``), loaded from git (``git show REF:workers/relay.py``) and run with the same store,
-phases interleaved (baseline, current, then current, baseline, ...). Throughput is reported as
+phases interleaved (baseline, current, then current, baseline, ...). Once this relay is merged,
+``main`` holds it too: pass ``--baseline-ref c04ffa9`` (the hand-written loop, ADR 0004) to
+compare against the old relay again. Throughput is reported as
 the median and the best of the rounds; latency percentiles pool every round's events.
 
     uv run python -m bench.relay_throughput              # 20,000 events, 200 events/s for 10 s, 2 rounds
