@@ -2,9 +2,9 @@
 
 Every figure is read from the store when Prometheus scrapes (``StoreCollector``), so any gateway
 answers the same for the whole deployment: tasks by state (the run queue), the log's position, how
-far the relay and the current-task view trail it, the webhook backlog, attempts and give-ups.
-Each app has its own ``CollectorRegistry`` (not the library's global one), so two apps in one
-process, or in one test run, never share figures.
+far the relay and each projection (the current-task view, the retention index) trail it, the
+webhook backlog, attempts and give-ups. Each app has its own ``CollectorRegistry`` (not the
+library's global one), so two apps in one process, or in one test run, never share figures.
 Counters a process keeps of itself (a worker's claims and step durations) are registered into the
 registry passed as ``extra`` — see ``workers.metrics``; they are only seen here when the worker
 runs in the gateway's process (``longhaul up``).
@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from psycopg.sql import SQL, Identifier
 
 from domain.states import TaskState
-from projections.task_view import open_view
+from projections.projector import lags
 from store.application import TaskApplication
 from store.deliveries import DELIVERY_STATES, delivery_counts
 from store.postgres import PostgresRunQueueRecorder
@@ -35,7 +35,6 @@ class StoreCollector(Collector):
     def __init__(self, store: TaskApplication, relay_stream: str | None = None) -> None:
         self.store = store
         self.relay_stream = relay_stream
-        self.view = open_view(store)
 
     def collect(self) -> Iterable[Any]:
         """The metric families, read now."""
@@ -56,18 +55,23 @@ class StoreCollector(Collector):
         )
         yield from self._relay(log_position)
         yield from self._webhooks()
-        if self.view is not None:
-            lag = self.view.lag(self.store)
-            yield GaugeMetricFamily(
+        found = lags(self.store)
+        if found:
+            position = GaugeMetricFamily(
                 "longhaul_projection_position",
-                "The last log position the current-task view (ListTasks) applied.",
-                value=lag.position,
+                "The last log position each projection (current-task view, retention index) applied.",
+                labels=["projection"],
             )
-            yield GaugeMetricFamily(
+            behind = GaugeMetricFamily(
                 "longhaul_projection_lag",
-                "Log positions the current-task view has not applied yet (an upper bound).",
-                value=lag.behind,
+                "Log positions each projection has not applied yet (an upper bound).",
+                labels=["projection"],
             )
+            for kept, lag in found:
+                position.add_metric([kept.key], lag.position)
+                behind.add_metric([kept.key], lag.behind)
+            yield position
+            yield behind
 
     def _relay(self, log_position: int) -> Iterator[GaugeMetricFamily]:
         recorder = self.store.recorder

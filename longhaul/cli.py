@@ -35,15 +35,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="claim runnable tasks under a lease and run their steps")
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
-    sub.add_parser("projector", help="keep the current-task view (ListTasks) following the log")
+    sub.add_parser("projector", help="keep the current-task view and the retention index following the log")
     sub.add_parser("dispatcher", help="deliver push notifications (webhooks) with retries, signed")
     projections = sub.add_parser(
-        "projections", help="the read models: rebuild the current-task view, or show its lag"
+        "projections", help="the read models (task view, retention index): rebuild them, or show their lag"
     )
     actions = projections.add_subparsers(
         dest="action", required=True, metavar="ACTION", help="rebuild or status"
     )
-    actions.add_parser("rebuild", help="rebuild the current-task view from the log (the service may run)")
+    actions.add_parser("rebuild", help="rebuild the read models from the log (the service may run)")
     actions.add_parser("status", help="the current-task view's position in the log, and how far it trails")
     iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
     iam.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")

@@ -78,10 +78,10 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "projector": (
         (
-            "Keep the current-task view (what ListTasks reads) following the log until stopped, with"
-            " exactly-once tracking: each view row and the log position it reflects are one"
-            " transaction. After a failure it starts again from the recorded position. Not with"
-            " LONGHAUL_STORE=memory."
+            "Keep the current-task view (what ListTasks reads) and the retention index (what the"
+            " sweeper searches) following the log until stopped, with exactly-once tracking: each"
+            " row and the log position it reflects are one transaction. After a failure each starts"
+            " again from its recorded position. Not with LONGHAUL_STORE=memory."
         ),
         ("database_url", "database_schema"),
     ),
@@ -117,9 +117,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "projections": (
         (
-            "The read models. `rebuild` recomputes the current-task view from the log while the"
-            " service runs (a running projector waits, then carries on); `status` prints the view's"
-            " log position and how far it trails the log."
+            "The read models. `rebuild` recomputes the current-task view and the retention index"
+            " from the log while the service runs (a running projector waits, then carries on);"
+            " `status` prints each one's log position and how far it trails the log."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),

@@ -33,7 +33,7 @@ from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from projections.event_json import dumps, event_message, iso
-from projections.task_view import open_view, run_projector
+from projections.projector import lags, rebuild_all, run_projector
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
@@ -340,7 +340,7 @@ def _names(settings: Settings) -> Any:
 
 
 async def projector(settings: Settings) -> None:
-    """Keep the current-task view following the log until stopped."""
+    """Keep the current-task view and the retention index following the log until stopped."""
     stop = _stop_event()
     if settings.store == "memory":
         raise CommandError(
@@ -355,7 +355,7 @@ async def projector(settings: Settings) -> None:
 
 
 async def _projector(config: StoreConfig, stop: asyncio.Event) -> None:
-    """Run the library's projection runner (``projections.task_view``) in a thread until ``stop``."""
+    """Run the library's projection runners (``projections.projector``) in a thread until ``stop``."""
     halt = threading.Event()
     small = replace(config, pool_size=PROJECTOR_POOL_SIZE, max_overflow=PROJECTOR_POOL_SIZE)
     thread = threading.Thread(target=run_projector, args=(small, halt), name="projector", daemon=True)
@@ -688,13 +688,12 @@ def migrate(settings: Settings) -> int:
 
 
 def projections(settings: Settings, action: str) -> int:
-    """``rebuild`` the current-task view from the log, or print its ``status`` (position and lag)."""
+    """``rebuild`` the projections from the log, or print their ``status`` (position and lag)."""
     with _store_for_reading(settings, f"projections {action}") as store:
-        view = open_view(store)
-        assert view is not None
         if action == "rebuild":
-            rebuilt = view.rebuild(store)
-            print(f"current-task view: rebuilt {rebuilt.tasks} tasks up to log position {rebuilt.position}")
-        lag = view.lag(store)
-    print(f"current-task view: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
+            for label, rebuilt in rebuild_all(store):
+                print(f"{label}: rebuilt {rebuilt.tasks} tasks up to log position {rebuilt.position}")
+        found = lags(store)
+    for kept, lag in found:
+        print(f"{kept.label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
     return 0

@@ -1,10 +1,11 @@
 """The current-task view: one row per task, kept by a projection that follows the log.
 
 ``TaskViewProjection`` is an ``eventsourcing`` ``Projection``; ``TaskViewRecorder`` is its
-materialised view, a ``PostgresTrackingRecorder`` whose one command (``apply``) writes the task's
-row **and** the view's position in the log in one transaction, so each event is applied exactly
-once however often the projector stops and starts (a position already recorded is refused and
-its transaction rolled back). ``run_projector`` runs it with the library's ``ProjectionRunner``.
+materialised view, a ``FoldedView`` (``projections.folded_view``: a ``PostgresTrackingRecorder``
+whose one command, ``apply``, writes the task's row **and** the view's position in the log in one
+transaction, so each event is applied exactly once however often the projector stops and starts).
+``projections.projector.run_projector`` runs it with the library's ``ProjectionRunner``, beside
+the retention index.
 
 The row holds what ListTasks filters and sorts on: tenant, context, state, status timestamp
 (with skill, skill version, expiry, version and log position). How each event changes state and
@@ -22,38 +23,27 @@ import base64
 import binascii
 import contextlib
 import json
-import logging
-import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import StoredEvent, Tracking
-from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection, ProjectionRunner
-from psycopg.rows import DictRow
 from psycopg.sql import SQL, Composed, Identifier
 from typing_extensions import override
 
 from domain.states import TaskState
 from domain.task import Task
-from store.application import APP_NAME, TaskApplication
-from store.config import StoreConfig, postgres_env
+from projections.folded_view import FoldedView, projection_runner_for
+from store.application import TaskApplication
+from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
-
-log = logging.getLogger(__name__)
 
 VIEW_NAME = "longhaul_task_view"
 """The projection's name: the view table, and ``<name>_tracking`` for its position."""
 VIEW_TABLE = VIEW_NAME
-TRACKING_TABLE = f"{VIEW_NAME}_tracking"
-REBUILD_BATCH = 1000
-LAG_LOG_S = 60.0
-"""How often a running projector logs its lag."""
 
 _COLUMNS = (
     "task_id",
@@ -85,10 +75,6 @@ class TaskViewRow:
     """The version of the task's last event applied."""
     position: int
     """The log position (notification id) of that event."""
-
-    def values(self) -> tuple[Any, ...]:
-        """The row's column values, in ``_COLUMNS`` order."""
-        return tuple(asdict(self)[c] for c in _COLUMNS)
 
 
 def next_row(row: TaskViewRow | None, event: Task.Event, position: int) -> TaskViewRow | None:
@@ -180,161 +166,20 @@ class TaskPage:
     """Where the next page starts, or ``None`` on the last page."""
 
 
-@dataclass(frozen=True)
-class Lag:
-    """How far the view trails the log."""
-
-    position: int
-    """The last log position the view applied (0 before the first)."""
-    log_position: int
-    """The highest position in the log (0 for an empty log)."""
-
-    @property
-    def behind(self) -> int:
-        """Positions the view has not applied yet (an upper bound: positions can have gaps)."""
-        return max(0, self.log_position - self.position)
-
-
-@dataclass(frozen=True)
-class Rebuilt:
-    """What a rebuild did."""
-
-    position: int
-    """The log position the rows were rebuilt to (the projector resumes after it)."""
-    tasks: int
-    """The rows written."""
-
-
 # ---------------------------------------------------------------------- the view
 
 
-class TaskViewRecorder(PostgresTrackingRecorder):
+class TaskViewRecorder(FoldedView[TaskViewRow]):
     """The view's table and position (``<schema>.longhaul_task_view``, ``..._tracking``)."""
 
-    def __init__(
-        self, datastore: PostgresDatastore, *, tracking_table_name: str = TRACKING_TABLE, **kwargs: Any
-    ) -> None:
-        super().__init__(datastore, tracking_table_name=tracking_table_name, **kwargs)
-        self.view_table_name = VIEW_TABLE
-        schema, table = Identifier(datastore.schema), Identifier(self.view_table_name)
-        self._select_row = SQL("SELECT * FROM {}.{} WHERE task_id = %s").format(schema, table)
-        columns = SQL(", ").join(Identifier(c) for c in _COLUMNS)
-        updates = SQL(", ").join(
-            SQL("{0} = EXCLUDED.{0}").format(Identifier(c)) for c in _COLUMNS if c != "task_id"
-        )
-        self._upsert = SQL(
-            "INSERT INTO {schema}.{table} ({columns}) VALUES ({values})"
-            " ON CONFLICT (task_id) DO UPDATE SET {updates}"
-        ).format(
-            schema=schema,
-            table=table,
-            columns=columns,
-            values=SQL(", ").join([SQL("%s")] * len(_COLUMNS)),
-            updates=updates,
-        )
+    view_table = VIEW_TABLE
+    row_type = TaskViewRow
+    columns = _COLUMNS
 
-    # ------------------------------------------------------------------ the command
-
-    def apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        """Apply one event to its task's row and record ``tracking``, in one transaction.
-
-        The position is written first: a position already recorded raises ``IntegrityError``
-        before any row is touched, and a running ``rebuild`` (which locks the position table
-        first) is waited for rather than deadlocked with.
-        """
-        with self.datastore.transaction(commit=True) as curs:
-            self._insert_tracking(curs, tracking)
-            curs.execute(self._select_row, (event.originator_id,), prepare=True)
-            found = curs.fetchone()
-            row = None
-            if isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
-                row = next_row(_row(found) if found else None, event, tracking.notification_id)
-            if row is not None:
-                curs.execute(self._upsert, row.values(), prepare=True)
-
-    def rebuild(self, app: TaskApplication) -> Rebuilt:
-        """Recompute every row from the log, in one transaction; returns what it rebuilt.
-
-        The position table is locked first (``SHARE ROW EXCLUSIVE``): a running projector waits
-        at its next event, reads go on seeing the old rows until the commit. The rows are rebuilt
-        from the log up to the view's own position (or the log's end if it has none yet), so the
-        projector resumes exactly after it.
-        """
-        recorder = app.recorder
-        assert isinstance(recorder, PostgresRunQueueRecorder)
-        schema = Identifier(self.datastore.schema)
-        with self.datastore.transaction(commit=True) as curs:
-            curs.execute(
-                SQL("LOCK TABLE {}.{} IN SHARE ROW EXCLUSIVE MODE").format(
-                    schema, Identifier(self.tracking_table_name)
-                )
-            )
-            curs.execute(
-                SQL("LOCK TABLE {}.{} IN SHARE ROW EXCLUSIVE MODE").format(
-                    schema, Identifier(self.view_table_name)
-                )
-            )
-            position = self._max_tracking_id(app.name, curs)
-            tracked = position is not None
-            if position is None:
-                curs.execute(
-                    SQL("SELECT coalesce(max(notification_id), 0) AS max FROM {}.{}").format(
-                        schema, Identifier(recorder.events_table_name)
-                    )
-                )
-                found = curs.fetchone()
-                position = int(found["max"]) if found else 0
-            rows: dict[UUID, TaskViewRow] = {}
-            after = 0
-            while after < position:
-                curs.execute(
-                    SQL(
-                        "SELECT notification_id, originator_id, originator_version, topic, state"
-                        " FROM {}.{} WHERE notification_id > %s AND notification_id <= %s"
-                        " ORDER BY notification_id LIMIT %s"
-                    ).format(schema, Identifier(recorder.events_table_name)),
-                    (after, position, REBUILD_BATCH),
-                )
-                batch = curs.fetchall()
-                if not batch:
-                    break
-                for record in batch:
-                    event = app.mapper.to_domain_event(
-                        StoredEvent(
-                            originator_id=record["originator_id"],
-                            originator_version=record["originator_version"],
-                            topic=record["topic"],
-                            state=bytes(record["state"]),
-                        )
-                    )
-                    if not isinstance(event, Task.Event):
-                        continue
-                    row = next_row(rows.get(event.originator_id), event, record["notification_id"])
-                    if row is not None:
-                        rows[row.task_id] = row
-                after = batch[-1]["notification_id"]
-            curs.execute(SQL("DELETE FROM {}.{}").format(schema, Identifier(self.view_table_name)))
-            if rows:
-                curs.executemany(self._upsert, [row.values() for row in rows.values()])
-            if not tracked and position > 0:
-                self._insert_tracking(curs, Tracking(app.name, position))
-        log.info("rebuilt %s: %d tasks up to log position %d", self.view_table_name, len(rows), position)
-        return Rebuilt(position=position, tasks=len(rows))
-
-    # ------------------------------------------------------------------ queries
-
-    def rows(self) -> list[TaskViewRow]:
-        """Every row, by task id (for comparisons and tools)."""
-        with self.datastore.transaction(commit=False) as curs:
-            curs.execute(self._sql("SELECT * FROM {schema}.{table} ORDER BY task_id"))
-            return [_row(found) for found in curs.fetchall()]
-
-    def row(self, task_id: UUID) -> TaskViewRow | None:
-        """The row of one task."""
-        with self.datastore.transaction(commit=False) as curs:
-            curs.execute(self._select_row, (task_id,), prepare=True)
-            found = curs.fetchone()
-        return _row(found) if found else None
+    @override
+    def next_row(self, row: TaskViewRow | None, event: Task.Event, position: int) -> TaskViewRow | None:
+        """The row after ``event``: see ``next_row`` (the module's function)."""
+        return next_row(row, event, position)
 
     def page(self, query: TaskQuery, *, size: int, after: PageCursor | None = None) -> TaskPage:
         """One page of the tasks ``query`` matches, newest status first (then id), and their count.
@@ -367,18 +212,11 @@ class TaskViewRecorder(PostgresTrackingRecorder):
                 ),
                 [*params, size + 1],
             )
-            found = [_row(r) for r in curs.fetchall()]
+            found = [self.row_of(r) for r in curs.fetchall()]
         rows = found[:size]
         more = len(found) > size
         next_cursor = PageCursor(rows[-1].status_timestamp, rows[-1].task_id) if more and rows else None
         return TaskPage(rows=rows, total=total, next=next_cursor)
-
-    def lag(self, app: TaskApplication) -> Lag:
-        """The view's position against the log's highest position."""
-        return Lag(
-            position=self.max_tracking_id(app.name) or 0,
-            log_position=app.recorder.max_notification_id() or 0,
-        )
 
     def _sql(self, template: str, where: Sequence[str] = ()) -> Composed:
         """``template`` on the view table; ``{where}`` joins the (constant) conditions with AND."""
@@ -387,10 +225,6 @@ class TaskViewRecorder(PostgresTrackingRecorder):
             table=Identifier(self.view_table_name),
             where=SQL(" AND ").join(SQL(w) for w in where),
         )
-
-
-def _row(found: DictRow) -> TaskViewRow:
-    return TaskViewRow(**{c: found[c] for c in _COLUMNS})
 
 
 class TaskViewProjection(Projection[TaskViewRecorder]):
@@ -414,70 +248,8 @@ def open_view(app: TaskApplication) -> TaskViewRecorder | None:
     return TaskViewRecorder(recorder.datastore)
 
 
-def projector_env(config: StoreConfig, *, pool_size: int = 2) -> dict[str, str]:
-    """The ``eventsourcing`` environment of the projector's view (migrations own its tables)."""
-    env = postgres_env(config)
-    env.update(
-        {"CREATE_TABLE": "n", "POSTGRES_POOL_SIZE": str(pool_size), "POSTGRES_MAX_OVERFLOW": str(pool_size)}
-    )
-    return env
-
-
 @contextlib.contextmanager
 def projection_runner(config: StoreConfig) -> Iterator[ProjectionRunner[TaskApplication, TaskViewRecorder]]:
-    """The library's runner of the view over the store at ``config``, following from the start.
-
-    The runner opens its own ``TaskApplication`` (which migrates the schema) and resumes after
-    the view's recorded position; ``run_forever`` re-raises a failure of its processing thread,
-    ``wait(position)`` waits until the view applied ``position``. On leaving, the runner is
-    stopped and the view's connection pool closed.
-    """
-
-    class _Application(TaskApplication):
-        name = APP_NAME
-
-        def __init__(self, env: Any = None) -> None:
-            super().__init__(config)
-
-    runner: ProjectionRunner[TaskApplication, TaskViewRecorder] = ProjectionRunner(
-        application_class=_Application,
-        projection_class=TaskViewProjection,
-        view_class=TaskViewRecorder,
-        env=projector_env(config),
-    )
-    try:
-        with runner:
-            yield runner
-    finally:
-        runner.view.datastore.close()
-
-
-def run_projector(
-    config: StoreConfig, stop: threading.Event, *, retry_s: float = 1.0, lag_every_s: float = LAG_LOG_S
-) -> None:
-    """Keep the view following the log until ``stop`` is set (blocking; run it in a thread).
-
-    Logs the view's lag every ``lag_every_s`` seconds. A failure of the runner (the database
-    gone, a position recorded by a rebuild the runner did not know of) is logged and the runner
-    restarted from the view's recorded position.
-    """
-    while not stop.is_set():
-        try:
-            with projection_runner(config) as runner:
-                app = runner.app
-                log.info("projector: following the log after position %d", runner.view.lag(app).position)
-                next_log = time.monotonic() + lag_every_s
-                while not stop.is_set() and not runner.is_interrupted.is_set():
-                    runner.run_forever(timeout=0.2)
-                    if time.monotonic() >= next_log:
-                        lag = runner.view.lag(app)
-                        log.info(
-                            "projector: at position %d of %d (%d behind)",
-                            lag.position,
-                            lag.log_position,
-                            lag.behind,
-                        )
-                        next_log = time.monotonic() + lag_every_s
-        except Exception as error:  # noqa: BLE001 - any failure: restart from the recorded position
-            log.warning("projector stopped (%r); restarting in %.1fs", error, retry_s)
-            stop.wait(retry_s)
+    """The library's runner of the view over the store at ``config`` (see ``projection_runner_for``)."""
+    with projection_runner_for(config, TaskViewProjection, TaskViewRecorder) as runner:
+        yield runner

@@ -4,8 +4,9 @@ An override's key names a tenant (``tenant:acme``), a skill (``skill:research``)
 (``tenant:acme,skill:research``). The most specific key wins: tenant and skill, then skill, then
 tenant, then the default.
 
-The sweeper asks the run queue for tasks ended before ``now - shortest`` (one index range) and
-checks each candidate's own retention (``of``) before expiring it; see ``workers.sweeper``.
+The sweeper asks the retention index (``projections.retention_index``; the run queue of a memory
+store) for tasks ended before ``now - shortest`` (one index range) and checks each candidate's
+own retention (``of``) before expiring it; see ``workers.sweeper``.
 """
 
 from __future__ import annotations

@@ -82,6 +82,11 @@ CONFLICT_RETRY = RetryPolicy(max_attempts=10, first_delay_s=0.005, max_delay_s=0
 """The policy of every use case: at most 10 attempts, pauses from 2.5-5 ms up to 125-250 ms
 (about 1 s in all before giving up)."""
 
+RESTART_POLICY = RetryPolicy(max_attempts=1, first_delay_s=0.5, max_delay_s=10.0)
+"""The pause of a long-running part (the relay) before it starts over after a failure, with
+``delay(n)`` for its n-th failure: 0.25-0.5 s, doubling up to 5-10 s. It never gives up, so
+``max_attempts`` is not consulted."""
+
 
 def webhook_retry(total_s: float, first_delay_s: float = 1.0, max_delay_s: float = 3600.0) -> RetryPolicy:
     """The webhook dispatcher's policy: no attempt limit, giving up after ``total_s``.

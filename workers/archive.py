@@ -3,11 +3,12 @@
 ``archive_expired`` writes every expired task's events (all versions, as stored) to one gzip
 JSON-lines file per run, reads the file back to check it (header, trailer checksum and counts,
 each task's versions complete and in order, as many as the store had), and only then purges each
-task in its own transaction: events, snapshots, run-queue row, current-task view row and webhook
-deliveries (with their attempts) together.
-A run stopped before the purge leaves everything in the store, and a re-run archives those tasks
-again (in a second file); a run stopped mid-purge leaves the tasks it had not reached, and the
-next run archives only those. A task is never purged without a verified file that holds it.
+task in its own transaction: events, snapshots, run-queue row, the task's rows in the
+current-task view and the retention index, and its webhook deliveries (with their attempts)
+together. A run stopped before the purge leaves everything in the store, and a re-run archives
+those tasks again (in a second file); a run stopped mid-purge leaves the tasks it had not
+reached, and the next run archives only those. A task is never purged without a verified file
+that holds it.
 
 The format (``longhaul-archive`` version 1) is in ``docs/operations.md`` ("Archive"), and
 the design in ``docs/adr/0013-archive-then-purge.md``.
@@ -32,6 +33,7 @@ from eventsourcing.persistence import StoredEvent
 
 from domain.clock import Clock
 from projections.event_json import iso
+from projections.retention_index import INDEX_TABLE
 from projections.task_view import VIEW_TABLE
 from store.application import TaskApplication
 from store.deliveries import DELIVERIES
@@ -128,7 +130,7 @@ def archive_expired(
         raise ArchiveError(f"{path}: holds other tasks or versions than were written; nothing purged")
     run = ArchiveRun(path=path, tasks=len(archive.tasks), events=archive.events)
     for task_id, version in written.items():
-        if recorder.purge(task_id, version=version, also=(VIEW_TABLE, DELIVERIES)):
+        if recorder.purge(task_id, version=version, also=(VIEW_TABLE, INDEX_TABLE, DELIVERIES)):
             run.purged.append(task_id)
         else:
             run.skipped.append(task_id)

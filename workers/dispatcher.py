@@ -248,7 +248,7 @@ class Dispatcher:
     async def _follow(self, stop: asyncio.Event, lock: psycopg.AsyncConnection[Any]) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         client = await asyncio.wait_for(
-            nats.connect(self.names.url, max_reconnect_attempts=-1, reconnect_time_wait=0.5), NATS_CONNECT_S
+            nats.connect(self.names.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.5), NATS_CONNECT_S
         )
         try:
             js = client.jetstream()

@@ -1,7 +1,10 @@
 """The relay: publishes every committed event to NATS JetStream, in commit order.
 
 The event store's notification log is the outbox: its ids follow commit order (appends hold a
-table lock), so reading ``id > last relayed`` never skips a late commit. Each event becomes one
+table lock), so reading ``id > last relayed`` never skips a late commit. The relay follows it
+on the library's subscription (``projections.log_follower``, the machinery the projections
+use), publishes each batch that arrived and then saves the batch's last position
+(``<schema>.longhaul_relay_position``, one row per stream). Each event becomes one
 JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay that crashes after
 publishing and before saving its position republishes duplicates that JetStream drops. Only one
 relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
@@ -16,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -23,20 +27,23 @@ from uuid import UUID
 
 import nats
 import psycopg
+from eventsourcing.persistence import Tracking
 from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
 from projections.event_json import dumps, event_message, reference_message
+from projections.log_follower import LogFollower
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.locks import advisory_key
-from workers.wakeup import Wakeup
+from store.retry import RESTART_POLICY
 
 log = logging.getLogger(__name__)
 
-BATCH = 500
+IDLE_WAIT_S = 1.0
+"""How long the relay waits for the next event before looking again (a commit wakes it at once)."""
 DUPLICATE_WINDOW_S = 600.0
 NATS_CONNECT_S = 10.0
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
@@ -131,18 +138,20 @@ class Relay:
         """Relay until ``stop`` is set: wait to lead, relay, and start over after any failure.
 
         Leadership is a session advisory lock, so it ends with the connection: a relay that
-        dies or loses its database connection hands over to a standby within a second.
+        dies or loses its database connection hands over to a standby within a second. The
+        pause before starting over follows ``RESTART_POLICY`` (``store.retry``).
         """
-        backoff = 0.5
+        failures = 0
         while not stop.is_set():
             try:
                 await self._lead_and_relay(stop)
                 return
             except Exception as error:  # noqa: BLE001 - database or NATS trouble: retry with backoff
-                log.warning("relay failed (%r); starting over in %.1fs", error, backoff)
+                failures += 1
+                pause = RESTART_POLICY.delay(failures)
+                log.warning("relay failed (%r); starting over in %.1fs", error, pause)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), backoff)
-                backoff = min(backoff * 2, 10.0)
+                    await asyncio.wait_for(stop.wait(), pause)
 
     async def _lead_and_relay(self, stop: asyncio.Event) -> None:
         conn = await psycopg.AsyncConnection.connect(self._database_url, autocommit=True)
@@ -165,52 +174,41 @@ class Relay:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         nc = await asyncio.wait_for(nats.connect(self.names.urls, max_reconnect_attempts=-1), NATS_CONNECT_S)
         self.max_payload = nc.max_payload
-        wakeup = Wakeup(self.store.run_queue)
-        wakeup.start()
         try:
             js = nc.jetstream()
             await ensure_stream(js, self.names, self.limits)
             position = await self._position(conn)
-            while not stop.is_set():
-                relayed = await self.relay_batch(js, conn, position)
-                if relayed > position:
-                    position = relayed
-                    continue
-                waiter = asyncio.ensure_future(wakeup.wait(1.0))
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
+            async with LogFollower(self.store, after=position) as follower:
+                while not stop.is_set():
+                    batch = await follower.next_batch(IDLE_WAIT_S, stop)
+                    if batch:
+                        await self.publish(js, conn, batch)
         finally:
-            await wakeup.stop()
             await nc.close()
 
-    async def relay_batch(self, js: Any, conn: psycopg.AsyncConnection[Any], after: int) -> int:
-        """Publish the events after position ``after``; returns the new position."""
-        notifications = await asyncio.to_thread(
-            self.store.recorder.select_notifications, after, BATCH, None, (), inclusive_of_start=False
-        )
-        if not notifications:
-            return after
+    async def publish(
+        self, js: Any, conn: psycopg.AsyncConnection[Any], batch: Sequence[tuple[Any, Tracking]]
+    ) -> int:
+        """Publish ``batch`` (events in log order) one at a time, then save its last position."""
         tenants = await asyncio.to_thread(
-            self.store.run_queue.tenants, list({UUID(str(n.originator_id)) for n in notifications})
+            self.store.run_queue.tenants, list({UUID(str(event.originator_id)) for event, _ in batch})
         )
-        for notification in notifications:
-            event = self.store.mapper.to_domain_event(notification)
+        for event, tracking in batch:
+            position = tracking.notification_id
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
             headers = {
-                "Nats-Msg-Id": f"{self.names.stream}:{notification.id}",
-                "Longhaul-Position": str(notification.id),
+                "Nats-Msg-Id": f"{self.names.stream}:{position}",
+                "Longhaul-Position": str(position),
                 "Longhaul-Task": str(event.originator_id),
                 "Longhaul-Version": str(event.originator_version),
                 "Longhaul-Type": type(event).__name__,
             }
-            payload = self._payload(notification.id, tenant, event, headers)
+            payload = self._payload(position, tenant, event, headers)
             subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
             # One at a time, each acknowledged before the next: a failed publish is retried
             # before anything after it reaches the stream, so the stream keeps commit order.
             await js.publish(subject, payload, headers=headers)
-        position = notifications[-1].id
+        position = batch[-1][1].notification_id
         await conn.execute(
             sql.SQL(
                 "INSERT INTO {} (stream, position) VALUES (%s, %s)"
@@ -218,7 +216,7 @@ class Relay:
             ).format(self._table),
             (self.names.stream, position),
         )
-        self.published += len(notifications)
+        self.published += len(batch)
         return position
 
     def _payload(self, position: int, tenant: str, event: Any, headers: dict[str, str]) -> bytes:

@@ -1,12 +1,16 @@
 """The sweeper: ends pauses past their deadline and expires terminal tasks past retention.
 
-Both searches are index lookups on the run queue (partial indexes on the deadline and on the
-end time), so their cost does not grow with the number of tasks waiting in time.
+Both searches are index lookups (partial indexes on the deadline and on the end time), so their
+cost does not grow with the number of tasks waiting in time. Pauses come from the run queue;
+expiry candidates from the retention index (``projections.retention_index``, kept by ``longhaul
+projector``) on PostgreSQL, and from the run queue of a memory store, which has no projections.
+The index trails the log by the projector's lag, so a task expires that much later, never
+earlier: the use case checks the task itself.
 
 Retention may differ per tenant and skill (``store.retention.RetentionPolicy``). The expiry
 search asks for tasks ended before ``now`` minus the *shortest* retention, oldest first, and
-checks each candidate's own retention on its run-queue row (tenant, skill, end time) before the
-use case, which checks it again on the task. A candidate not yet due is skipped, and the search
+checks each candidate's own retention on what the search returned (tenant, skill, end time)
+before the use case, which checks it again on the task. A candidate not yet due is skipped, and the search
 goes on after it (a keyset cursor on end time and id), at most ``EXPIRY_PAGES`` pages a round:
 tasks with a long retention never hold up those behind them. The cost of a round is bounded;
 what the candidates cost is the number of tasks ended between the shortest retention and their
@@ -26,6 +30,7 @@ from uuid import UUID
 from domain.clock import Clock
 from domain.errors import DomainError
 from domain.task import Task
+from projections.retention_index import RetentionIndexRecorder, RetentionRow, open_index
 from store.application import TaskApplication
 from store.errors import ConflictError, RetentionNotReachedError
 from store.retention import RetentionPolicy
@@ -52,10 +57,17 @@ class Sweeper:
         self.clock = clock
         self.retention = retention if isinstance(retention, RetentionPolicy) else RetentionPolicy(retention)
         self.interval = interval
+        self.index: RetentionIndexRecorder | None = open_index(store)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep until ``stop`` is set."""
-        log.info("sweeper started (every %.1fs, retention %s)", self.interval, self.retention)
+        source = "the retention index (kept by the projector)" if self.index is not None else "the run queue"
+        log.info(
+            "sweeper started (every %.1fs, retention %s; expiry candidates from %s)",
+            self.interval,
+            self.retention,
+            source,
+        )
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sweep_once)
@@ -76,22 +88,31 @@ class Sweeper:
 
     def _due_expiries(self, now: datetime) -> list[UUID]:
         """Up to ``BATCH`` tasks past their own retention, from ``EXPIRY_PAGES`` pages at most."""
-        queue = self.store.run_queue
         bound = now - self.retention.shortest
         due: list[UUID] = []
         after: tuple[datetime, UUID] | None = None
         for _ in range(EXPIRY_PAGES):
-            page = queue.due_expiries(bound, BATCH, after=after)
-            for task_id in page:
-                row = queue.row(task_id)
-                if row is None:
-                    continue
-                after = (row.updated_at, task_id)
-                if row.updated_at <= now - self.retention.of(row.tenant, row.skill):
-                    due.append(task_id)
+            page = self._candidates(bound, after)
+            for row in page:
+                assert row.ended_at is not None
+                after = (row.ended_at, row.task_id)
+                if row.ended_at <= now - self.retention.of(row.tenant, row.skill):
+                    due.append(row.task_id)
             if len(page) < BATCH or len(due) >= BATCH:
                 break
         return due[:BATCH]
+
+    def _candidates(self, bound: datetime, after: tuple[datetime, UUID] | None) -> list[RetentionRow]:
+        """One page of terminal tasks ended by ``bound``: from the index, or a memory run queue."""
+        if self.index is not None:
+            return self.index.due(bound, BATCH, after=after)
+        queue = self.store.run_queue
+        page = []
+        for task_id in queue.due_expiries(bound, BATCH, after=after):
+            row = queue.row(task_id)
+            if row is not None:
+                page.append(RetentionRow(task_id, row.tenant, row.skill, row.updated_at, row.expired, 0))
+        return page
 
 
 def _swept(use_case: Callable[[UUID], Task], task_id: UUID) -> bool:

@@ -5,6 +5,9 @@ with ``{schema}`` standing for the schema (filled in with ``psycopg.sql``, so it
 identifier). ``<schema>.longhaul_schema_version`` holds one row per applied migration; the
 schema's version is the highest. ``migrate`` applies what is pending, each migration in its own
 transaction together with its version row, and refuses a schema newer than this release knows.
+Versions only increase but may skip a number (a migration taken by a branch not merged yet):
+what is pending is every known migration not recorded as applied, in order, so a migration
+merged later with a lower number than one already applied is still applied.
 
 The caller holds the schema's DDL advisory lock (``store.locks.ddl_lock_name``) on the
 connection it passes, so processes starting together apply each migration once. Files are never
@@ -63,13 +66,13 @@ class MigrationReport:
 
     @property
     def version(self) -> int:
-        """The schema's version now."""
-        return self.applied[-1].version if self.applied else self.found
+        """The schema's version now (the highest applied: one merged late may be lower)."""
+        return max([self.found, *(m.version for m in self.applied)])
 
 
 @cache
 def known() -> tuple[Migration, ...]:
-    """Every migration of this release, in order (versions 1, 2, ... without gaps)."""
+    """Every migration of this release, in order (increasing versions from 1, each once)."""
     found = []
     for entry in resources.files(__package__).iterdir():
         match = _FILE_NAME.match(entry.name)
@@ -77,8 +80,8 @@ def known() -> tuple[Migration, ...]:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"schema migrations must be numbered 1, 2, ... without gaps; found {versions}")
+    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
+        raise RuntimeError(f"schema migrations must be numbered from 1, each number once; found {versions}")
     return tuple(found)
 
 
@@ -101,6 +104,14 @@ def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
     )
     row = cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+def applied_versions(conn: psycopg.Connection[Any], schema: str) -> set[int]:
+    """The versions recorded as applied to ``schema`` (none for a schema without a version table)."""
+    if schema_version(conn, schema) == 0:
+        return set()
+    cursor = conn.execute(sql.SQL("SELECT version FROM {}").format(sql.Identifier(schema, VERSION_TABLE)))
+    return {int(row[0]) for row in cursor.fetchall()}
 
 
 def refuse_newer(conn: psycopg.Connection[Any], schema: str) -> int:
@@ -129,7 +140,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> MigrationReport:
     ``SchemaTooNewError`` (changing nothing) if the schema is newer than this release.
     """
     found = refuse_newer(conn, schema)
-    pending = [m for m in known() if m.version > found]
+    applied = applied_versions(conn, schema)
+    pending = [m for m in known() if m.version not in applied]
     if not pending:
         return MigrationReport(schema=schema, found=found, applied=())
     version_table = sql.Identifier(schema, VERSION_TABLE)

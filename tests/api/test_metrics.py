@@ -104,14 +104,17 @@ async def test_relay_and_projection_lag(
     assert samples[("longhaul_relay_lag", (("stream", "OTHER"),))] == 3
     # The configured stream is reported before any relay published to it.
     assert samples[("longhaul_relay_lag", (("stream", "LONGHAUL_TASKS"),))] == 5
-    assert samples[("longhaul_projection_position", ())] == 0
-    assert samples[("longhaul_projection_lag", ())] == 5
+    for projection in ("task_view", "retention_index"):
+        assert samples[("longhaul_projection_position", (("projection", projection),))] == 0
+        assert samples[("longhaul_projection_lag", (("projection", projection),))] == 5
 
     with projection_runner(store_config) as runner:
         await asyncio.to_thread(runner.wait, log_position(store), 20.0)
     _, samples = await _scrape(app)
-    assert samples[("longhaul_projection_position", ())] == 5
-    assert samples[("longhaul_projection_lag", ())] == 0
+    view = (("projection", "task_view"),)
+    assert samples[("longhaul_projection_position", view)] == 5
+    assert samples[("longhaul_projection_lag", view)] == 0
+    assert samples[("longhaul_projection_lag", (("projection", "retention_index"),))] == 5  # no runner
 
 
 @pytest.mark.postgres

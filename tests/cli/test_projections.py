@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from longhaul import commands
+from projections.retention_index import open_index
 from projections.task_view import open_view
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -31,28 +32,38 @@ def test_status_shows_the_lag_and_rebuild_removes_it(cli: Any, postgres_store: T
     end = log_position(postgres_store)
 
     code, out, _ = cli("projections", "status")
-    assert (code, out) == (0, f"current-task view: at log position 0 of {end} ({end} behind)\n")
+    assert code == 0
+    assert out.splitlines() == [
+        f"current-task view: at log position 0 of {end} ({end} behind)",
+        f"retention index: at log position 0 of {end} ({end} behind)",
+    ]
 
     code, out, _ = cli("projections", "rebuild")
     assert code == 0
     assert out.splitlines() == [
         f"current-task view: rebuilt 3 tasks up to log position {end}",
+        f"retention index: rebuilt 3 tasks up to log position {end}",
         f"current-task view: at log position {end} of {end} (0 behind)",
+        f"retention index: at log position {end} of {end} (0 behind)",
     ]
 
 
 async def test_the_projector_follows_the_log_until_stopped(
     store_config: StoreConfig, postgres_store: TaskApplication
 ) -> None:
-    view = open_view(postgres_store)
+    view, index = open_view(postgres_store), open_index(postgres_store)
     assert view is not None
+    assert index is not None
     stop = asyncio.Event()
     running = asyncio.ensure_future(commands._projector(store_config, stop))
     try:
         await asyncio.to_thread(make_tasks, postgres_store, 4)
         await asyncio.to_thread(view.wait, postgres_store.name, log_position(postgres_store), 20)
+        await asyncio.to_thread(index.wait, postgres_store.name, log_position(postgres_store), 20)
         assert view.lag(postgres_store).behind == 0
         assert len(view.rows()) == 4
+        assert index.lag(postgres_store).behind == 0
+        assert [r.ended_at is not None for r in index.rows()] == [True] * 4
     finally:
         stop.set()
         await running

@@ -14,6 +14,7 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
+from projections.retention_index import open_index
 from projections.task_view import open_view, projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -48,12 +49,14 @@ def _ended(store: TaskApplication) -> Task:
 
 
 def _gone(store: TaskApplication, task_id: UUID) -> bool:
-    view = open_view(store)
+    view, index = open_view(store), open_index(store)
     assert view is not None
+    assert index is not None
     try:
         store.get(task_id)
     except TaskNotFoundError:
-        return store.run_queue.row(task_id) is None and view.row(task_id) is None
+        rows = (store.run_queue.row(task_id), view.row(task_id), index.row(task_id))
+        return rows == (None, None, None)
     return False
 
 
@@ -65,10 +68,13 @@ def _recorder(store: TaskApplication) -> PostgresRunQueueRecorder:
 def test_expired_tasks_are_archived_complete_then_purged(store: TaskApplication, tmp_path: Path) -> None:
     expired = [_expired(store, tenant) for tenant in ("acme", "globex")]
     kept = _ended(store)
-    view = open_view(store)
+    view, index = open_view(store), open_index(store)
     assert view is not None
+    assert index is not None
     view.rebuild(store)
+    index.rebuild(store)
     assert view.row(expired[0].id) is not None
+    assert index.row(expired[0].id) is not None
     stored = {t.id: list(_recorder(store).select_events(t.id)) for t in expired}
 
     run = archive_expired(store, tmp_path / "archives", clock=clock)

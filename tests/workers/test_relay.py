@@ -14,12 +14,15 @@ import nats
 import psycopg
 import pytest
 from nats.js import JetStreamContext
+from psycopg import sql
 
 from domain.task import Task
 from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
+from store.locks import advisory_key
+from store.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 from workers.relay import Relay, RelayUnavailableError, StreamLimits, ensure_stream, header_size
 
@@ -96,13 +99,18 @@ async def test_republishing_after_a_crash_is_deduplicated(
     store: TaskApplication, names: NatsNames, js: JetStreamContext
 ) -> None:
     _task_with_events(store)
-    relay = Relay(store=store, names=names)
-    await ensure_stream(js, names)
+    await _run_until(Relay(store=store, names=names), 2)
+    # A relay that died after publishing and before saving its position publishes them again.
     assert isinstance(store.config, StoreConfig)
     async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
-        position = await relay.relay_batch(js, conn, 0)
-        # A relay that died before saving its position publishes the same events again.
-        assert await relay.relay_batch(js, conn, 0) == position
+        await conn.execute(
+            sql.SQL("UPDATE {} SET position = 0").format(
+                sql.Identifier(store.config.schema, "longhaul_relay_position")
+            )
+        )
+    again = Relay(store=store, names=names)
+    await _run_until(again, 2)
+    assert again.published == 2
     messages = await _stream_messages(js, names)
     assert len(messages) == 2
 
@@ -208,10 +216,8 @@ async def test_an_event_exactly_at_the_servers_limit_goes_whole(
         sizes[position] = _wire_size(relay, store, task, position)
     assert sizes == {1: limit, 2: limit + 1}
 
-    await ensure_stream(js, names)
-    assert isinstance(store.config, StoreConfig)
-    async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
-        assert await relay.relay_batch(js, conn, 0) == 2
+    await _run_until(relay, 2)
+    assert relay.max_payload == limit
     whole, referenced = await _stream_messages(js, names)
     assert whole["body"]["message"]["parts"][0]["text"].startswith("xxx")
     assert referenced["body"] is None
@@ -256,3 +262,45 @@ async def test_the_relay_keeps_the_stream_at_its_limits(
     _task_with_events(store)
     await _run_until(Relay(store=store, names=names, limits=StreamLimits(max_age=timedelta(hours=2))), 2)
     assert (await js.stream_info(names.stream)).config.max_age == 7200
+
+
+async def test_the_relay_starts_over_when_its_database_connections_are_cut(
+    store: TaskApplication, names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader's connection and the subscription's LISTEN are killed: it leads again, loses nothing."""
+    _task_with_events(store)
+    relay = Relay(store=store, names=names)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(relay.run(stop))
+    assert isinstance(store.config, StoreConfig)
+    try:
+        await _until_published(relay, 2)
+        recorder = store.recorder
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        channel = recorder.channel_name
+        key = advisory_key(f"relay:{store.config.schema}:{names.stream}")
+        async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query = %s OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid::text::bigint = %s AND objid::text::bigint = %s)",
+                (f'LISTEN "{channel}"', (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            )
+            assert len(await cursor.fetchall()) == 2  # the leader's connection and the LISTEN
+        with caplog.at_level(logging.WARNING, logger="workers.relay"):
+            _task_with_events(store)
+            await _until_published(relay, 4)
+    finally:
+        stop.set()
+        await running
+    assert "relay failed" in caplog.text
+    messages = await _stream_messages(js, names)
+    assert [m["position"] for m in messages] == [1, 2, 3, 4]
+
+
+async def _until_published(relay: Relay, count: int) -> None:
+    for _ in range(400):
+        if relay.published >= count:
+            return
+        await asyncio.sleep(0.025)
+    pytest.fail(f"the relay published {relay.published} of {count} events")

@@ -1,14 +1,24 @@
-"""The sweeper ends pauses past their deadline and expires tasks past retention (moved clock)."""
+"""The sweeper ends pauses past their deadline and expires tasks past retention (moved clock).
+
+On PostgreSQL the expiry candidates come from the retention index: each sweep here first waits
+until a running projector (the library's runner of ``projections.retention_index``) applied the
+whole log, as ``longhaul projector`` keeps it beside a sweeper.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
 
 from domain.task import Task
+from projections.retention_index import projection_runner
 from store.application import TaskApplication
+from store.config import StoreConfig
 from store.errors import RetentionNotReachedError
 from store.retention import RetentionPolicy
 from tests.support.tasks import new_task
@@ -16,6 +26,7 @@ from workers import sweeper as sweeper_module
 from workers.sweeper import Sweeper
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+WAIT_S = 20.0
 RETENTION = timedelta(days=30)
 
 
@@ -27,6 +38,29 @@ class MovableClock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+Sweep = Callable[[Sweeper], tuple[int, int]]
+
+
+@pytest.fixture
+def sweep() -> Iterator[Sweep]:
+    """``sweep_once`` of a sweeper, once the retention index (if it has one) applied the whole log."""
+    with ExitStack() as stack:
+        runners: dict[str, Any] = {}
+
+        def sweep_once(sweeper: Sweeper) -> tuple[int, int]:
+            if sweeper.index is not None:
+                config = sweeper.store.config
+                assert isinstance(config, StoreConfig)
+                if "index" not in runners:
+                    runners["index"] = stack.enter_context(projection_runner(config))
+                position = sweeper.store.recorder.max_notification_id()
+                if position is not None:
+                    runners["index"].wait(position, timeout=WAIT_S)
+            return sweeper.sweep_once()
+
+        yield sweep_once
 
 
 def _paused(store: TaskApplication, *, deadline: timedelta, on_deadline: str = "fail") -> Task:
@@ -45,17 +79,17 @@ def _paused(store: TaskApplication, *, deadline: timedelta, on_deadline: str = "
     return task
 
 
-def test_a_pause_ends_at_its_deadline_not_before(store: TaskApplication) -> None:
+def test_a_pause_ends_at_its_deadline_not_before(store: TaskApplication, sweep: Sweep) -> None:
     clock = MovableClock(START + timedelta(hours=23))
     sweeper = Sweeper(store=store, clock=clock, retention=RETENTION, interval=1)
     fails = _paused(store, deadline=timedelta(days=1))
     cancels = _paused(store, deadline=timedelta(days=1), on_deadline="cancel")
 
-    assert sweeper.sweep_once() == (0, 0)
+    assert sweep(sweeper) == (0, 0)
     assert store.get(fails.id).state == "TASK_STATE_INPUT_REQUIRED"
 
     clock.now = START + timedelta(days=1)
-    assert sweeper.sweep_once() == (2, 0)
+    assert sweep(sweeper) == (2, 0)
     failed, canceled = store.get(fails.id), store.get(cancels.id)
     assert failed.state == "TASK_STATE_FAILED"
     assert canceled.state == "TASK_STATE_CANCELED"
@@ -63,25 +97,25 @@ def test_a_pause_ends_at_its_deadline_not_before(store: TaskApplication) -> None
     assert "deadline" in text
     assert (START + timedelta(days=1)).isoformat() in text
     # Nothing left to sweep: the partial index no longer lists them.
-    assert sweeper.sweep_once() == (0, 0)
+    assert sweep(sweeper) == (0, 0)
 
 
-def test_terminal_tasks_expire_after_retention(store: TaskApplication) -> None:
+def test_terminal_tasks_expire_after_retention(store: TaskApplication, sweep: Sweep) -> None:
     clock = MovableClock(START + timedelta(days=2))
     sweeper = Sweeper(store=store, clock=clock, retention=RETENTION, interval=1)
     task = _paused(store, deadline=timedelta(days=1))
-    assert sweeper.sweep_once() == (1, 0)  # failed at its deadline
+    assert sweep(sweeper) == (1, 0)  # failed at its deadline
 
     clock.now = START + timedelta(days=2) + RETENTION - timedelta(minutes=1)
-    assert sweeper.sweep_once() == (0, 0)
+    assert sweep(sweeper) == (0, 0)
     assert not store.get(task.id).expired
 
     clock.now = START + timedelta(days=2) + RETENTION
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     expired = store.get(task.id)
     assert expired.expired
     assert [type(e).__name__ for e in store.history(task.id)][-1] == "Expired"
-    assert sweeper.sweep_once() == (0, 0)
+    assert sweep(sweeper) == (0, 0)
 
 
 def _ended(store: TaskApplication, *, tenant: str, skill: str, at: datetime) -> Task:
@@ -115,7 +149,7 @@ def test_a_malformed_override_key_is_refused(key: str) -> None:
         RetentionPolicy.of_settings(RETENTION, {key: timedelta(days=1)})
 
 
-def test_each_task_expires_after_its_own_retention(any_store: TaskApplication) -> None:
+def test_each_task_expires_after_its_own_retention(any_store: TaskApplication, sweep: Sweep) -> None:
     store = any_store
     clock = MovableClock(START)
     sweeper = Sweeper(store=store, clock=clock, retention=POLICY, interval=1)
@@ -128,25 +162,25 @@ def test_each_task_expires_after_its_own_retention(any_store: TaskApplication) -
         return {t.id for t in (pair, skill, tenant, default) if store.get(t.id).expired}
 
     clock.now = START + timedelta(days=1) - timedelta(seconds=1)
-    assert sweeper.sweep_once() == (0, 0)
+    assert sweep(sweeper) == (0, 0)
     clock.now = START + timedelta(days=1)
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     assert expired() == {skill.id}
     clock.now = START + timedelta(days=7)
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     assert expired() == {skill.id, pair.id}
     clock.now = START + RETENTION
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     assert expired() == {skill.id, pair.id, default.id}
     clock.now = START + timedelta(days=90)
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     assert expired() == {skill.id, pair.id, default.id, tenant.id}
     history = [e for e in store.history(pair.id) if isinstance(e, Task.Expired)]
     assert "7 days" in history[0].reason
 
 
 def test_tasks_not_due_do_not_hold_up_those_behind_them(
-    any_store: TaskApplication, monkeypatch: pytest.MonkeyPatch
+    any_store: TaskApplication, monkeypatch: pytest.MonkeyPatch, sweep: Sweep
 ) -> None:
     store = any_store
     monkeypatch.setattr(sweeper_module, "BATCH", 2)
@@ -154,7 +188,7 @@ def test_tasks_not_due_do_not_hold_up_those_behind_them(
     sweeper = Sweeper(store=store, clock=clock, retention=POLICY, interval=1)
     kept = [_ended(store, tenant="acme", skill="echo", at=START) for _ in range(5)]  # 90 days
     due = _ended(store, tenant="globex", skill="research", at=START + timedelta(minutes=1))  # 1 day
-    assert sweeper.sweep_once() == (0, 1)
+    assert sweep(sweeper) == (0, 1)
     assert store.get(due.id).expired
     assert not any(store.get(t.id).expired for t in kept)
 

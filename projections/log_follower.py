@@ -1,0 +1,157 @@
+"""Following the log from asyncio code, on the library's subscription, in batches.
+
+``LogFollower`` reads ``eventsourcing``'s subscription to the log (``recorder.subscribe(gt=...)``,
+which the ``ProjectionRunner`` of the current-task view reads too: a ``LISTEN`` on the events
+table's channel and batched ``select_notifications`` in the library's own threads) in a thread
+of its own, and hands what arrived to asyncio in batches (up to ``limit``), in log order, each
+event decoded by the application's mapper with its ``Tracking`` (the log position). A consumer
+that records its position once per batch (the relay) so pays one transaction per batch rather
+than one per event, as a ``Projection`` would.
+
+The reading thread only collects notifications; decoding happens in ``next_batch``, on the
+consumer's side, and the hand-over is one lock per batch (the reader wakes a waiting consumer
+with ``call_soon_threadsafe`` on its loop, no thread in between): a reading thread busy beside the
+event loop would make the loop wait for the GIL on every NATS acknowledgement (measured:
+``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a slow consumer holds the
+reading back instead of filling memory.
+
+A failure of the subscription (the database gone) ends the follower: ``next_batch`` returns the
+events read before it, then raises it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import Notification, Subscription, Tracking
+
+BATCH = 500
+"""The most events one ``next_batch`` returns (the library reads 500 a query too)."""
+BUFFER = 4 * BATCH
+"""The most events read ahead of the consumer."""
+_WAIT_S = 0.1
+
+Followed = tuple[Any, Tracking]
+"""A domain event of the log and its position."""
+
+
+class LogFollower:
+    """The events after one log position, for asyncio code; a context manager."""
+
+    def __init__(
+        self, app: Application[UUID], *, after: int, limit: int = BATCH, buffer: int = BUFFER
+    ) -> None:
+        self._app = app
+        self._after = after
+        self._limit = limit
+        self._buffer = buffer
+        self._ready = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrived: asyncio.Event | None = None
+        """Set (on the consumer's loop) when the first event arrives in an empty buffer, or the end."""
+        self._items: list[Notification] = []
+        self._ended: BaseException | None = None
+        self._stopping = False
+        self._subscription: Subscription[Any] | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LogFollower:
+        self._subscription = self._app.recorder.subscribe(gt=self._after)
+        self._subscription.__enter__()
+        self._thread = threading.Thread(target=self._read, name="log-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    async def __aenter__(self) -> LogFollower:
+        """``__enter__`` off the event loop (it starts threads and takes a pooled connection)."""
+        return await asyncio.to_thread(self.__enter__)
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``__exit__`` off the event loop (it joins the reading threads)."""
+        await asyncio.to_thread(self.__exit__, *exc)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._ready:
+            self._stopping = True
+            self._ready.notify_all()
+        if self._subscription is not None:
+            self._subscription.stop()
+        if self._thread is not None:
+            self._thread.join()
+        if self._subscription is not None:
+            self._subscription.__exit__(*exc)
+
+    async def next_batch(self, wait_s: float, stop: asyncio.Event | None = None) -> list[Followed]:
+        """The events that arrived (at most ``limit``), waiting up to ``wait_s`` for the first.
+
+        Returns an empty list if nothing arrived in time or ``stop`` was set; raises the
+        subscription's failure once the events read before it were returned.
+        """
+        taken = self._take()
+        if taken is None:
+            taken = await self._wait(wait_s, stop)
+        if not taken:
+            with self._ready:
+                if self._ended is not None and not self._items:
+                    raise self._ended
+            return []
+        name, mapper = self._app.name, self._app.mapper
+        return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
+
+    def _take(self) -> list[Notification] | None:
+        """What arrived, without waiting; ``None`` if nothing did (and the reading goes on)."""
+        with self._ready:
+            if not self._items:
+                return [] if self._ended is not None else None
+            taken, self._items = self._items[: self._limit], self._items[self._limit :]
+            self._ready.notify_all()  # the reader may be waiting for room
+            return taken
+
+    async def _wait(self, wait_s: float, stop: asyncio.Event | None) -> list[Notification]:
+        if self._arrived is None:
+            with self._ready:
+                self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
+        self._arrived.clear()
+        taken = self._take()  # what arrived before the reader knew of the loop, or since the clear
+        if taken is not None:
+            return taken
+        waits = [asyncio.ensure_future(self._arrived.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        _, pending = await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in pending:
+            waiting.cancel()
+        if stop is not None and stop.is_set():
+            return []
+        return self._take() or []
+
+    def _signal(self) -> None:
+        """Wake the consumer waiting on its loop (called by the reader, holding ``_ready``)."""
+        if self._loop is not None and self._arrived is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                self._loop.call_soon_threadsafe(self._arrived.set)
+
+    def _read(self) -> None:
+        assert self._subscription is not None
+        ended: BaseException
+        try:
+            for notification in self._subscription:
+                with self._ready:
+                    while len(self._items) >= self._buffer and not self._stopping:
+                        self._ready.wait(_WAIT_S)
+                    if self._stopping:
+                        return
+                    self._items.append(notification)
+                    if len(self._items) == 1:
+                        self._signal()  # the consumer may be waiting for the first
+            ended = RuntimeError("the subscription to the log ended")
+        except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            ended = error
+        with self._ready:
+            self._ended = ended
+            self._signal()

@@ -1,0 +1,73 @@
+"""The relay's way to follow the log: the library's subscription, handed to asyncio in batches."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from eventsourcing.persistence import OperationalError
+
+from projections.log_follower import LogFollower
+from store.application import TaskApplication
+from store.config import StoreConfig
+from store.postgres import PostgresRunQueueRecorder
+from tests.support.tasks import new_task
+
+WAIT_S = 5.0
+
+
+def _submit(store: TaskApplication, n: int) -> None:
+    for _ in range(n):
+        store.save_tasks(new_task(datetime.now(UTC)))
+
+
+async def test_batches_come_in_log_order_at_most_limit_long_after_the_position(
+    postgres_store: TaskApplication,
+) -> None:
+    store = postgres_store
+    _submit(store, 7)
+    positions: list[int] = []
+    with LogFollower(store, after=2, limit=3) as follower:
+        while len(positions) < 5:
+            batch = await follower.next_batch(WAIT_S)
+            assert 0 < len(batch) <= 3
+            positions += [tracking.notification_id for _, tracking in batch]
+        assert positions == [3, 4, 5, 6, 7]
+        assert all(event.originator_version == 1 for event, _ in batch)
+        # Idle: an empty batch after the wait, or at once when stopping.
+        assert await follower.next_batch(0.05) == []
+        stop = asyncio.Event()
+        stop.set()
+        assert await follower.next_batch(WAIT_S, stop) == []
+        # A later commit wakes it.
+        waiting = asyncio.ensure_future(follower.next_batch(WAIT_S))
+        await asyncio.to_thread(_submit, store, 1)
+        assert [t.notification_id for _, t in await waiting] == [8]
+
+
+async def test_a_failed_subscription_is_raised_by_next_batch(
+    postgres_store: TaskApplication,
+) -> None:
+    store = postgres_store
+    _submit(store, 2)
+    recorder = store.recorder
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    assert isinstance(store.config, StoreConfig)
+    with LogFollower(store, after=0) as follower:
+        first = await follower.next_batch(WAIT_S)
+        while len(first) < 2:
+            first += await follower.next_batch(WAIT_S)
+        async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                (f'LISTEN "{recorder.channel_name}"',),
+            )
+        with pytest.raises(OperationalError, match="server closed the connection"):
+            await _until_raised(follower)
+
+
+async def _until_raised(follower: LogFollower) -> None:
+    for _ in range(100):
+        assert await follower.next_batch(0.05) == []
