@@ -64,6 +64,7 @@ from store.push_urls import check_push_url
 from store.retry import RetryPolicy, webhook_retry
 from workers.jetstream_pull import Pull
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream
+from workers.webhook_resolver import PublicOnlyResolver, refused_by_resolver
 from workers.webhook_signing import WebhookSigner
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,12 @@ class Dispatcher:
         # the dispatcher CPU-bound below 200 deliveries/s (ADR 0014).
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
-            connector=aiohttp.TCPConnector(limit=self.config.concurrency * 2, keepalive_timeout=30),
+            connector=aiohttp.TCPConnector(
+                limit=self.config.concurrency * 2,
+                keepalive_timeout=30,
+                # With the guard on, the connection resolves names through the check itself.
+                resolver=None if self.config.allow_private else PublicOnlyResolver(),
+            ),
             auto_decompress=False,
         )
         try:
@@ -569,10 +575,9 @@ class Dispatcher:
         assert self._http is not None
         try:
             headers = await self._headers_for(delivery)
-            if self.config.allow_private:
-                check_push_url(delivery.url, allow_private=True)  # the scheme and host only: no DNS
-            else:
-                await asyncio.to_thread(check_push_url, delivery.url, allow_private=False)
+            # No DNS here: a literal address is checked now, a name where the connection resolves
+            # it (PublicOnlyResolver), so what is checked is what is connected to.
+            check_push_url(delivery.url, allow_private=self.config.allow_private, resolve=False)
         except PushUrlRefusedError as refused:
             return "refused", None, str(refused)
         except TaskNotFoundError:
@@ -587,6 +592,9 @@ class Dispatcher:
                 status = response.status
                 await response.content.readany()  # some of the answer: what a receiver says is not kept
         except (aiohttp.ClientError, TimeoutError) as failure:
+            rebound = refused_by_resolver(failure)
+            if rebound is not None:
+                return "refused", None, f"push URL {delivery.url!r}: {rebound}"
             name = "Timeout" if isinstance(failure, TimeoutError) else type(failure).__name__
             return "retry", None, f"{name}: {failure}".removesuffix(": ")
         outcome = outcome_of(status)

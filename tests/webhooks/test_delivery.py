@@ -220,3 +220,21 @@ async def test_two_dispatchers_share_the_lanes_and_never_deliver_one_twice(
         assert by_task[str(task.id)] == _expected_bodies(store, task.id)
     who = {a.dispatcher for t in tasks for _, attempts in _deliveries(store, t.id) for a in attempts}
     assert who == {"d1", "d2"}  # both delivered: the intake's leader does not keep every lane
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_where_it_connects(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    # A name, not a literal: the dispatcher does no DNS of its own, so the refusal comes from the
+    # connection's resolution (PublicOnlyResolver), the addresses it would have connected to.
+    by_name = receiver.url().replace("127.0.0.1", "localhost")
+    task = finished_task(store, by_name, artifacts=0)
+    async with dispatching(allow_private=False):
+        await eventually(
+            lambda: [d.state for d, _ in _deliveries(store, task.id)] == ["refused", "refused"],
+            message="refused",
+        )
+    assert receiver.received == []
+    (first, _), _ = _deliveries(store, task.id)
+    assert "localhost resolves to" in (first.last_error or "")
+    assert "not a public address" in (first.last_error or "")
