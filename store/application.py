@@ -51,7 +51,7 @@ from store.memory import MemoryRunQueueRecorder
 from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
-from store.retention import RetentionPolicy
+from store.retention import RetentionPolicy, span
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueue, RunQueueRow
 from store.transcodings import register_domain_transcodings
@@ -370,7 +370,7 @@ class TaskApplication(Application[UUID]):
                 raise RetentionNotReachedError(
                     f"task {task.id} ended at {task.modified_on.isoformat()}; its retention is {own}"
                 )
-            task.expire(now=now, reason=f"retention of {own} after the task ended")
+            task.expire(now=now, reason=f"retention of {span(own)} after the task ended")
 
         return run_with_retries(
             expire, load=functools.partial(self.get, task_id), save=self.save_tasks, clock=clock

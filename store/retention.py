@@ -73,5 +73,21 @@ class RetentionPolicy:
 
     def __str__(self) -> str:
         if not self.overrides:
-            return str(self.default)
-        return f"{self.default}, {len(self.overrides)} override(s), shortest {self.shortest}"
+            return span(self.default)
+        return f"{span(self.default)}, {len(self.overrides)} override(s), shortest {span(self.shortest)}"
+
+
+_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60))
+
+
+def span(retention: timedelta) -> str:
+    """A retention as people write it: ``30 days``, ``12 hours``, ``1 day 6 hours``, ``90 seconds``."""
+    seconds = round(retention.total_seconds())
+    parts = []
+    for unit, size in _UNITS:
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count} {unit}{'s' if count != 1 else ''}")
+    if seconds or not parts:
+        parts.append(f"{seconds} second{'s' if seconds != 1 else ''}")
+    return " ".join(parts)
