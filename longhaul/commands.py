@@ -598,10 +598,10 @@ def deliveries(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
 
 def _delivery_state(delivery: Delivery) -> str:
     if delivery.state == "pending":
-        return f"PENDING after {delivery.attempts} attempts, next at {iso(delivery.next_attempt_at)}"
+        return f"PENDING after {_attempts(delivery.attempts)}, next at {iso(delivery.next_attempt_at)}"
     when = iso(delivery.finished_at) if delivery.finished_at is not None else "?"
     word = {"delivered": "DELIVERED", "gave_up": "GAVE UP", "refused": "REFUSED"}[delivery.state]
-    return f"{word} at {when} after {delivery.attempts} attempts"
+    return f"{word} at {when} after {_attempts(delivery.attempts)}"
 
 
 def _delivery_json(delivery: Delivery, attempts: list[Attempt]) -> dict[str, Any]:
@@ -697,3 +697,7 @@ def projections(settings: Settings, action: str) -> int:
     for kept, lag in found:
         print(f"{kept.label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
     return 0
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
