@@ -315,10 +315,9 @@ class Dispatcher:
             claimed_at = self.clock()
             self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
             await self._behind(recorded.waiting)
+            self._wake.set()  # recorded: what was claimed may go out before the acknowledgements
         for message in messages:
             await message.ack()
-        if new:
-            self._wake.set()
 
     async def _behind(self, lanes: set[tuple[UUID, str]]) -> None:
         """New deliveries that wait behind a pending one: make sure their lane moves on to them.
