@@ -93,7 +93,12 @@ def receiver(arrivals: Arrivals) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        # socketserver listens with a backlog of 5: a burst of new connections from the
+        # dispatcher then loses SYNs, each retried by the kernel after 1 s (the 1.1 s maxima).
+        request_queue_size = 1024
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

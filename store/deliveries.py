@@ -169,9 +169,11 @@ class DeliveryRecorder:
     ) -> Recorded:
         """Record ``deliveries`` in one transaction, due at once.
 
-        The first new delivery of each lane with no pending delivery yet is claimed for
-        ``claimant`` in the same insert (up to ``claim_limit`` of them, oldest first), so that it
-        can go out at once without a claim query; the others are left for any dispatcher's claim.
+        The new deliveries of each lane with no pending delivery yet are claimed for ``claimant``
+        in the same insert (up to ``claim_limit`` lanes, oldest first), so that they can go out
+        at once, one after the other, without a claim query; the others are left for any
+        dispatcher's claim. A claimant that stops before the end of a lane it claimed so gives
+        the rest back (``release``).
         Only the dispatcher that leads the intake records (``workers.dispatcher``): no one else
         adds to a lane meanwhile.
         """
@@ -187,10 +189,15 @@ class DeliveryRecorder:
             busy = {(row[0], row[1]) for row in await cursor.fetchall()}
             behind = set(busy)
             heads: set[str] = set()
+            lanes: set[tuple[UUID, str]] = set()
             for d in deliveries:
-                if (d.task_id, d.config_id) not in busy:
-                    busy.add((d.task_id, d.config_id))
-                    if claim_limit is None or len(heads) < claim_limit:
+                lane = (d.task_id, d.config_id)
+                if lane in lanes:
+                    heads.add(d.webhook_id)  # behind the lane's head, claimed with it
+                elif lane not in busy:
+                    busy.add(lane)
+                    if claim_limit is None or len(lanes) < claim_limit:
+                        lanes.add(lane)
                         heads.add(d.webhook_id)
             columns = list(
                 zip(
@@ -374,6 +381,19 @@ class DeliveryRecorder:
         async with self._pool.connection() as conn, conn.cursor() as cursor:
             heads = await _claim_heads(cursor, self._deliveries, lanes, dispatcher, now, lease)
         return list(heads.values())
+
+    async def release(self, deliveries: Sequence[Delivery], dispatcher: str) -> None:
+        """Give back the claims ``dispatcher`` holds on ``deliveries`` (a lane it stopped short in)."""
+        if not deliveries:
+            return
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET claimed_by = NULL, claimed_until = NULL"
+                    " WHERE id = ANY(%s) AND claimed_by = %s AND state = 'pending'"
+                ).format(self._deliveries),
+                ([d.id for d in deliveries], dispatcher),
+            )
 
     async def next_due(self) -> datetime | None:
         """When the soonest pending delivery is due (``None``: none is pending)."""

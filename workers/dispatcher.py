@@ -56,7 +56,7 @@ from projections.stream_response import stream_response
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
-from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, NewDelivery
+from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, Finished, NewDelivery
 from store.errors import PushUrlRefusedError, TaskNotFoundError
 from store.locks import advisory_key
 from store.postgres import PostgresRunQueueRecorder
@@ -89,6 +89,14 @@ RETRIED_4XX = frozenset({408, 429})
 CONTENT_TYPE = "application/a2a+json"
 DEFAULT_RETRY = webhook_retry(total_s=24 * 3600.0)
 """Retries for 24 hours (``LONGHAUL_WEBHOOK_RETRY_FOR``), pauses from 0.5-1 s up to 30-60 min."""
+
+
+def _lanes_of(deliveries: list[Delivery]) -> list[list[Delivery]]:
+    """``deliveries`` by lane, each lane's in version order (the lanes in order of their heads)."""
+    lanes: dict[tuple[UUID, str], list[Delivery]] = {}
+    for delivery in sorted(deliveries, key=lambda d: d.version):
+        lanes.setdefault((delivery.task_id, delivery.config_id), []).append(delivery)
+    return list(lanes.values())
 
 
 class DispatcherUnavailableError(RuntimeError):
@@ -176,8 +184,9 @@ class Dispatcher:
         self._known: OrderedDict[UUID, _Known] = OrderedDict()
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._wake = asyncio.Event()
-        self._ready: deque[tuple[datetime, Delivery]] = deque()
-        """Deliveries claimed for this dispatcher outside the delivery loop, with when they were claimed."""
+        self._ready: deque[tuple[datetime, list[Delivery]]] = deque()
+        """Lanes claimed for this dispatcher outside the delivery loop (their claimed deliveries in
+        version order), with when they were claimed."""
         self._from_log: dict[tuple[UUID, int], Any] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._lanes: dict[tuple[UUID, str], bool] = {}
@@ -310,12 +319,11 @@ class Dispatcher:
             )
             self.recorded += recorded.new
             claimed_at = self.clock()
-            self._ready.extend((claimed_at, d) for d in recorded.claimed)
+            self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
             await self._behind(recorded.waiting)
+            self._wake.set()  # recorded: what was claimed may go out before the acknowledgements
         for message in messages:
             await message.ack()
-        if new:
-            self._wake.set()
 
     async def _behind(self, lanes: set[tuple[UUID, str]]) -> None:
         """New deliveries that wait behind a pending one: make sure their lane moves on to them.
@@ -335,7 +343,7 @@ class Dispatcher:
                 elsewhere, self.config.dispatcher_id, self.clock(), self.config.claim_lease
             )
             claimed_at = self.clock()
-            self._ready.extend((claimed_at, d) for d in heads)
+            self._ready.extend((claimed_at, [d]) for d in heads)
 
     async def _deliveries_for(self, event: dict[str, Any]) -> list[NewDelivery]:
         task_id, version, kind = UUID(event["taskId"]), int(event["version"]), str(event["type"])
@@ -453,11 +461,13 @@ class Dispatcher:
                 claimed = self._take_ready(free)
                 if free > len(claimed) and time.monotonic() - polled >= POLL_S:
                     polled = time.monotonic()
-                    claimed += await self.recorder.claim(
-                        self.config.dispatcher_id, self.clock(), self.config.claim_lease, free - len(claimed)
+                    now = self.clock()
+                    heads = await self.recorder.claim(
+                        self.config.dispatcher_id, now, self.config.claim_lease, free - len(claimed)
                     )
-                for delivery in claimed:
-                    attempt = asyncio.ensure_future(self._attempt(delivery))
+                    claimed += [(now, [d]) for d in heads]
+                for claimed_at, lane in claimed:
+                    attempt = asyncio.ensure_future(self._attempt(lane, claimed_at))
                     in_flight.add(attempt)
                     attempt.add_done_callback(self._attempt_done(in_flight))
                 waker = asyncio.ensure_future(self._wake.wait())
@@ -469,18 +479,18 @@ class Dispatcher:
             if in_flight:
                 await asyncio.gather(*in_flight, return_exceptions=True)
 
-    def _take_ready(self, free: int) -> list[Delivery]:
-        """Up to ``free`` deliveries the intake claimed for us, leaving out claims too old to use.
+    def _take_ready(self, free: int) -> list[tuple[datetime, list[Delivery]]]:
+        """Up to ``free`` lanes the intake claimed for us, leaving out claims too old to use.
 
         A claim that waited for a free slot for half its lease is left to expire: another
         dispatcher (or our own claim query) takes the lane then, with a lease of its own.
         """
         fresh_after = self.clock() - self.config.claim_lease / 2
-        taken: list[Delivery] = []
+        taken: list[tuple[datetime, list[Delivery]]] = []
         while self._ready and len(taken) < free:
-            claimed_at, delivery = self._ready.popleft()
+            claimed_at, lane = self._ready.popleft()
             if claimed_at >= fresh_after:
-                taken.append(delivery)
+                taken.append((claimed_at, lane))
         return taken
 
     def _attempt_done(self, in_flight: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
@@ -493,30 +503,67 @@ class Dispatcher:
 
         return done
 
-    async def _attempt(self, delivery: Delivery) -> None:
-        """Attempt ``delivery``, then each next one of its lane that is due, claimed as it finishes.
+    async def _attempt(self, claimed: list[Delivery], claimed_at: datetime) -> None:
+        """Attempt the lane's ``claimed`` deliveries in order, then each next one due, claimed as it finishes.
+
+        A 2xx lets the lane's next claimed delivery go out at once, while the finish of the one
+        before is recorded behind it (the lane's order holds: a delivery is sent only after the
+        one before it was answered, and its own finish waits for that finish). A retry, a lost
+        claim or a claim past half its lease stops the lane short: the rest is given back.
 
         While it runs the lane is in ``_lanes``; the intake marks it there when it records more
         for the lane, and a finish that claimed nothing then claims the lane's head once more
         (the delivery may have been recorded too late for the finish to see it).
         """
-        lane = (delivery.task_id, delivery.config_id)
+        lane = (claimed[0].task_id, claimed[0].config_id)
         self._lanes[lane] = False
-        following: Delivery | None = delivery
+        queue = deque(claimed)
+        behind: asyncio.Future[Finished] | None = None
+        """The finish of the delivery before, still being recorded."""
         try:
-            while following is not None:
-                following = await self._attempt_one(following)
-                if following is None and self._lanes.get(lane):
+            while queue:
+                delivery = queue.popleft()
+                attempt, state, next_attempt_at = await self._attempt_one(delivery)
+                if behind is not None:
+                    before, behind = await behind, None
+                    if not before.recorded:  # the claim was lost: the lane is another's now
+                        queue.appendleft(delivery)  # given back unrecorded (the claim is gone anyway)
+                        break
+                fresh = bool(queue) and self.clock() < claimed_at + self.config.claim_lease / 2
+                if state == "delivered" and fresh:
+                    behind = asyncio.ensure_future(
+                        self._finish(delivery, attempt, state, next_attempt_at, None)
+                    )
+                    continue
+                if queue and not fresh and state != "pending":
+                    # What is left was claimed too long ago to be sure of: give it back, claim anew.
+                    await self.recorder.release(list(queue), self.config.dispatcher_id)
+                    queue.clear()
+                finished = await self._finish(
+                    delivery, attempt, state, next_attempt_at, None if queue else self.config.claim_lease
+                )
+                if state == "pending" or not finished.recorded:
+                    break
+                following = finished.next
+                if not queue and following is None and self._lanes.get(lane):
                     self._lanes[lane] = False
                     heads = await self.recorder.claim_lanes(
                         [lane], self.config.dispatcher_id, self.clock(), self.config.claim_lease
                     )
                     following = heads[0] if heads else None
+                if following is not None:
+                    queue.append(following)
+                    claimed_at = self.clock()
         finally:
+            if behind is not None:
+                with contextlib.suppress(Exception):
+                    await behind
+            if queue:
+                await self.recorder.release(list(queue), self.config.dispatcher_id)
             self._lanes.pop(lane, None)
 
-    async def _attempt_one(self, delivery: Delivery) -> Delivery | None:
-        """One attempt at ``delivery``, recorded with what it leads to; the lane's next, if claimed."""
+    async def _attempt_one(self, delivery: Delivery) -> tuple[Attempt, DeliveryState, datetime | None]:
+        """One attempt at ``delivery``: what it was, the state it leaves, when a retry is due."""
         started = self.clock()
         began = time.perf_counter()
         number = delivery.attempts + 1
@@ -560,15 +607,20 @@ class Dispatcher:
                 state,
                 error,
             )
-        finished = await self.recorder.finish(
-            delivery,
-            attempt,
-            state=state,
-            next_attempt_at=next_attempt_at,
-            lease=self.config.claim_lease,
-            now=self.clock(),
+        return attempt, state, next_attempt_at
+
+    async def _finish(
+        self,
+        delivery: Delivery,
+        attempt: Attempt,
+        state: DeliveryState,
+        next_attempt_at: datetime | None,
+        lease: timedelta | None,
+    ) -> Finished:
+        """Record the attempt; with ``lease``, claim the lane's next due delivery in the same transaction."""
+        return await self.recorder.finish(
+            delivery, attempt, state=state, next_attempt_at=next_attempt_at, lease=lease, now=self.clock()
         )
-        return finished.next
 
     async def _post(self, delivery: Delivery) -> tuple[str, int | None, str | None]:
         """POST the delivery once: ``(outcome, HTTP status, error)``; ``outcome_of`` names the outcome."""

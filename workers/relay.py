@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,6 +33,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
+from domain.task import Task
 from projections.event_json import dumps, event_message, reference_message
 from projections.log_follower import LogFollower
 from projections.subjects import NatsNames
@@ -46,6 +48,8 @@ IDLE_WAIT_S = 1.0
 """How long the relay waits for the next event before looking again (a commit wakes it at once)."""
 DUPLICATE_WINDOW_S = 600.0
 NATS_CONNECT_S = 10.0
+KNOWN_TENANTS = 100_000
+"""Tasks whose tenant the relay remembers (a task's tenant never changes; forgotten ones are read)."""
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 """NATS's default ``max_payload``; the relay reads the server's own figure when it connects."""
 
@@ -133,6 +137,7 @@ class Relay:
         self.published = 0
         self.referenced = 0
         self.max_payload = DEFAULT_MAX_PAYLOAD
+        self._tenants: OrderedDict[UUID, str] = OrderedDict()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set: wait to lead, relay, and start over after any failure.
@@ -190,9 +195,7 @@ class Relay:
         self, js: Any, conn: psycopg.AsyncConnection[Any], batch: Sequence[tuple[Any, Tracking]]
     ) -> int:
         """Publish ``batch`` (events in log order) one at a time, then save its last position."""
-        tenants = await asyncio.to_thread(
-            self.store.run_queue.tenants, list({UUID(str(event.originator_id)) for event, _ in batch})
-        )
+        tenants = await self._tenants_of(batch)
         for event, tracking in batch:
             position = tracking.notification_id
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
@@ -218,6 +221,27 @@ class Relay:
         )
         self.published += len(batch)
         return position
+
+    async def _tenants_of(self, batch: Sequence[tuple[Any, Tracking]]) -> dict[UUID, str]:
+        """Each task's tenant: from its ``Submitted`` event or memory, else one query for the rest.
+
+        A task's tenant is set when it is submitted and never changes, so the relay asks the run
+        queue only for tasks it has not seen since it started (or has forgotten).
+        """
+        known = self._tenants
+        for event, _ in batch:
+            if isinstance(event, Task.Submitted):
+                known[UUID(str(event.originator_id))] = event.tenant
+        ids = {UUID(str(event.originator_id)) for event, _ in batch}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            known.update(await asyncio.to_thread(self.store.run_queue.tenants, missing))
+        tenants = {i: known[i] for i in ids if i in known}
+        for task_id in tenants:
+            known.move_to_end(task_id)
+        while len(known) > KNOWN_TENANTS:
+            known.popitem(last=False)
+        return tenants
 
     def _payload(self, position: int, tenant: str, event: Any, headers: dict[str, str]) -> bytes:
         """The event's message, or a reference to it when NATS cannot carry it: nothing stalls.
