@@ -278,11 +278,11 @@ def _sweeper(settings: Settings, store: TaskApplication) -> Sweeper:
 async def relay(settings: Settings) -> None:
     """Publish committed events to NATS until stopped."""
     stop = _stop_event()
-    if settings.store == "memory":
-        raise CommandError(
-            "the relay needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process, "
-            "so a relay process has no events to publish (`longhaul up` runs without a relay then)"
-        )
+    _needs_postgres(
+        settings,
+        "the relay",
+        ", so a relay process has no events to publish (`longhaul up` runs without a relay then)",
+    )
     names = _names(settings)
     store = _open_store(settings)
     try:
@@ -301,11 +301,11 @@ def _relay(store: TaskApplication, names: Any, limits: StreamLimits) -> Relay:
 async def dispatcher(settings: Settings) -> None:
     """Deliver push notifications (webhooks) for committed events until stopped."""
     stop = _stop_event()
-    if settings.store == "memory":
-        raise CommandError(
-            "the dispatcher needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process, "
-            "so a dispatcher process has no events to deliver (`longhaul up` runs without one then)"
-        )
+    _needs_postgres(
+        settings,
+        "the dispatcher",
+        ", so a dispatcher process has no events to deliver (`longhaul up` runs without one then)",
+    )
     names = _names(settings)
     try:
         signer = wiring.webhook_signer(settings)
@@ -342,11 +342,11 @@ def _names(settings: Settings) -> Any:
 async def projector(settings: Settings) -> None:
     """Keep the current-task view and the retention index following the log until stopped."""
     stop = _stop_event()
-    if settings.store == "memory":
-        raise CommandError(
-            "the projector needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process "
-            "and has no current-task view (ListTasks answers UnsupportedOperation there)"
-        )
+    _needs_postgres(
+        settings,
+        "the projector",
+        " and has no current-task view (ListTasks answers UnsupportedOperation there)",
+    )
     store = _open_store(settings)  # opened first, so a bad URL or a newer schema fails here, clearly
     config = store.config
     store.close()
@@ -474,11 +474,11 @@ def _write_services_file(settings: Settings, url: str) -> None:
 @contextlib.contextmanager
 def _store_for_reading(settings: Settings, command: str) -> Iterator[TaskApplication]:
     """The store: at the configured URL, else at a running ``up``'s, else an embedded one."""
-    if settings.store == "memory":
-        raise CommandError(
-            f"`longhaul {command}` needs LONGHAUL_STORE=postgres: an in-memory store lives inside "
-            "the one process that runs it, so there is nothing here to read or migrate"
-        )
+    _needs_postgres(
+        settings,
+        f"`longhaul {command}`",
+        ", the one that runs it, so there is nothing here to read or migrate",
+    )
     with ExitStack() as services:
         if settings.database_url is None:
             running = _running_up(settings.data_dir)
@@ -701,3 +701,11 @@ def projections(settings: Settings, action: str) -> int:
 
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
+def _needs_postgres(settings: Settings, who: str, why: str) -> None:
+    """Refuse ``who`` over an in-memory store, saying ``why`` it has nothing to work on there."""
+    if settings.store == "memory":
+        raise CommandError(
+            f"{who} needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process{why}"
+        )

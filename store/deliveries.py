@@ -57,19 +57,10 @@ class NewDelivery:
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """A recorded delivery, as it stands."""
+class Delivery(NewDelivery):
+    """A recorded delivery, as it stands: what was recorded, and how far its attempts got."""
 
     id: int
-    webhook_id: str
-    task_id: UUID
-    tenant: str
-    version: int
-    event_type: str
-    event_time: datetime
-    config_id: str
-    url: str
-    body: str
     state: DeliveryState
     attempts: int
     created_at: datetime
