@@ -10,28 +10,24 @@ tests never see each other's data; both are removed after the test.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import hypothesis
 import nats
 import psycopg
 import pytest
-from nats.js.errors import NotFoundError
-from psycopg import sql
 
 from longhaul.cli import main
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
 from store.application import TaskApplication
 from store.config import MemoryConfig, StoreConfig
+from tests.support.isolation import delete_stream, drop_schema
 from tests.support.nats_servers import NatsServer
 
 # Property tests draw new examples on every local run; in CI (``CI=true``) they are derandomised
@@ -43,8 +39,6 @@ if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
 
 DATABASE_URL_ENV = "LONGHAUL_TEST_DATABASE_URL"
 NATS_URL_ENV = "LONGHAUL_TEST_NATS_URL"
-
-T = TypeVar("T")
 
 
 PROCESS_FOLDERS = ("crash", "e2e")
@@ -105,12 +99,6 @@ def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
-def run_async_blocking(coro_fn: Callable[[], Coroutine[object, object, T]]) -> T:
-    """Run a coroutine to completion from sync code, even when an event loop runs in this thread."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(coro_fn())).result()
-
-
 @pytest.fixture(scope="session")
 def embedded_dir() -> Iterator[Path]:
     """The session's data folder for the embedded servers (used only when they are needed).
@@ -153,8 +141,7 @@ def store_config(database_url: str) -> Iterator[StoreConfig]:
     """A ``StoreConfig`` on a schema of this test's own (``t_<hex>``), dropped afterwards."""
     config = StoreConfig(database_url=database_url, schema=_unique("t_"), pool_size=2, max_overflow=4)
     yield config
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(config.schema)))
+    drop_schema(database_url, config.schema)
 
 
 @pytest.fixture
@@ -186,17 +173,7 @@ def nats_names(nats_url: str) -> Iterator[tuple[str, str]]:
     token = uuid.uuid4().hex[:12]
     stream, prefix = f"T_{token}", f"t{token}"
     yield stream, prefix
-
-    async def delete_stream() -> None:
-        client = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
-        try:
-            await client.jetstream().delete_stream(stream)
-        except NotFoundError:
-            pass
-        finally:
-            await client.close()
-
-    run_async_blocking(delete_stream)
+    delete_stream(nats_url, stream)
 
 
 @pytest.fixture
