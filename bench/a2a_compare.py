@@ -304,6 +304,7 @@ def main() -> None:
         "worker_concurrency": args.worker_concurrency,
         "results": results,
         "logs": str(folder),
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
     write_results("a2a_compare", payload, args)
 
