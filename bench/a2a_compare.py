@@ -38,8 +38,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import base_parser, fresh_schema, machine_info, percentile, table, write_results
-from bench.keepalive import free_port, start_gateway
+from bench.common import base_parser, free_port, fresh_schema, machine_info, percentile, table, write_results
+from bench.keepalive import start_gateway
 from bench.processes import worker_env
 
 SERVERS = ("longhaul", "sdk-memory", "sdk-postgres")
