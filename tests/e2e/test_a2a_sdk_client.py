@@ -14,10 +14,10 @@ card declares none. A case that needs the server's answer checks that it went ov
 
 The cases, by what the server needs for them (``-k`` expressions):
 
-- JSON-RPC without streams: ``-k "jsonrpc and not stream and not extended_card and not numeric"``.
+- JSON-RPC without streams: ``-k "jsonrpc and not stream and not numeric"``.
 - HTTP+JSON: ``-k http_json`` (the card's HTTP+JSON interface and its routes).
 - Streams (``SendStreamingMessage``, ``SubscribeToTask``; SSE on both bindings): ``-k stream``.
-- ``GetExtendedAgentCard``: ``-k extended_card``; ProtoJSON numbers for skills: ``-k numeric``.
+- ProtoJSON numbers for skill parameters (the integer 3 sent as ``3.0``): ``-k numeric``.
 """
 
 from __future__ import annotations
@@ -159,11 +159,11 @@ async def card(gateway: str) -> AgentCard:
 
 @pytest_asyncio.fixture
 async def connect(card: AgentCard, binding: str, wire: Wire) -> AsyncIterator[Connect]:
-    """``await connect(streaming=...)``: an SDK client made from the card, closed after the case."""
+    """``await connect(streaming=..., card=...)``: an SDK client made from the card, closed after the case."""
     http = httpx.AsyncClient(timeout=30.0, event_hooks={"request": [wire.record]})
     clients: list[Client] = []
 
-    async def make(*, streaming: bool = False) -> Client:
+    async def make(*, streaming: bool = False, card: AgentCard = card) -> Client:
         config = ClientConfig(supported_protocol_bindings=[binding], streaming=streaming, httpx_client=http)
         client = await create_client(card, client_config=config)
         clients.append(client)
@@ -400,13 +400,24 @@ async def test_push_config_methods_create_get_list_delete_and_deliver(connect: C
         hooks.stop()
 
 
-async def test_extended_card_is_served_by_the_agent(connect: Connect, card: AgentCard, wire: Wire) -> None:
-    client = await connect()
-    assert card.capabilities.extended_agent_card  # else the SDK answers with the public card itself
-    extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+async def test_extended_card_is_served_or_refused_as_the_card_declares(
+    connect: Connect, card: AgentCard, wire: Wire
+) -> None:
+    if card.capabilities.extended_agent_card:
+        extended = await (await connect()).get_extended_agent_card(GetExtendedAgentCardRequest())
+        assert wire.count("GetExtendedAgentCard") == 1
+        assert extended.name == "longhaul"
+        assert {"echo", "research", "access-review"} <= {skill.id for skill in extended.skills}
+        return
+    # No extended card declared: the SDK would answer with the public card without asking. A
+    # client whose copy of the card claims one asks, and the agent must refuse (UnsupportedOperation).
+    believing = AgentCard()
+    believing.CopyFrom(card)
+    believing.capabilities.extended_agent_card = True
+    client = await connect(card=believing)
+    with pytest.raises(UnsupportedOperationError):
+        await client.get_extended_agent_card(GetExtendedAgentCardRequest())
     assert wire.count("GetExtendedAgentCard") == 1
-    assert extended.name == "longhaul"
-    assert {"echo", "research", "access-review"} <= {skill.id for skill in extended.skills}
 
 
 async def test_numeric_parameter_from_a_protobuf_struct_is_an_integer(connect: Connect) -> None:
