@@ -226,6 +226,8 @@ def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> 
                 ratio = (
                     f"{ours['per_s_median'] / s['per_s_median']:.2f}x / {ours['p50_ms'] / s['p50_ms']:.2f}x"
                 )
+                if "first_p50_ms" in s and "first_p50_ms" in ours:
+                    ratio += f" / {ours['first_p50_ms'] / s['first_p50_ms']:.2f}x"
             first = f"{s['first_p50_ms']:.1f} / {s['first_p99_ms']:.1f}" if "first_p50_ms" in s else ""
             rows.append(
                 [
@@ -299,7 +301,7 @@ def main() -> None:
         "p99 ms",
         "first p50/p99 ms",
         "errors",
-        "longhaul ÷ it: req/s / p50",
+        "longhaul ÷ it: req/s / p50 (/ first p50)",
     ]
     print()
     print(table(headers, rows_of(results, args.servers)))
