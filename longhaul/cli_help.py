@@ -177,6 +177,15 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
+    "keys": (
+        (
+            "`keys new TENANT` mints an API key for TENANT (256 random bits, `lh_...`) and prints it"
+            " with the line that makes gateways accept it: 'KEY_ID TENANT sha256:HEX'. Append the line"
+            " to the file at LONGHAUL_API_KEY_FILE and restart the gateways; give the key to the client,"
+            " who sends it as 'Authorization: Bearer <key>'. The key is printed once and stored nowhere."
+        ),
+        ("api_key_file", "api_keys"),
+    ),
 }
 """Per command: its description (paragraphs split by newlines), then the settings it reads most."""
 
