@@ -26,7 +26,7 @@ from api.api_keys import KeyRing
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.errors import InvalidRequestError, RequestTooLargeError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
-from api.metrics import gateway_registry
+from api.metrics import GatewayLoadCollector, gateway_registry
 from api.overload import DEFAULT_LIMIT, UNLIMITED, LimitInFlight
 from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
@@ -131,11 +131,13 @@ def create_app(
         build_agent_card(registry, public_url, bearer=api_keys is not None), modified=clock()
     )
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
+    limit, authenticate = LimitInFlight(max_in_flight), Authenticate(api_keys)
+    metrics_registry.register(GatewayLoadCollector(limit, authenticate))
     state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     return Litestar(
         route_handlers=[get_agent_card, jsonrpc, metrics],
-        middleware=[LimitInFlight(max_in_flight), Authenticate(api_keys)],
+        middleware=[limit, authenticate],
         state=state,
         debug=False,
         logging_config=None,

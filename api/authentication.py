@@ -54,6 +54,8 @@ class Authenticate(ASGIMiddleware):
 
     def __init__(self, keys: KeyRing | None) -> None:
         self.keys = keys
+        self.refused = 0
+        """Requests answered 401 so far (``/metrics``): one app, one event loop, so a plain count."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         """Store the caller in the scope and go on, or answer 401."""
@@ -62,6 +64,7 @@ class Authenticate(ASGIMiddleware):
         else:
             key = self.keys.find(_bearer_token(scope) or "")
             if key is None:
+                self.refused += 1
                 log.debug("refused %s %s: no known API key", scope.get("method", ""), scope["path"])
                 await send_refusal(scope, send, UnauthenticatedError(), CHALLENGE)
                 return

@@ -52,6 +52,8 @@ async def test_a_saturated_gateway_answers_429_and_accepts_nothing(
         assert log_position(store) == before
         assert card.status_code == 200
         assert metrics.status_code == 200
+        assert f"longhaul_gateway_in_flight {float(LIMIT)}" in metrics.text
+        assert 'longhaul_gateway_refusals_total{reason="overloaded"} 1.0' in metrics.text
         assert not any(request.done() for request in held)
 
         for n in range(LIMIT):  # the held requests answer as their tasks end, freeing their slots

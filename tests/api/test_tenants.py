@@ -226,6 +226,15 @@ class TestUnauthenticated:
         assert card.status_code == 200
         assert metrics.status_code == 200
 
+    async def test_refusals_are_counted_in_the_metrics(self, http: httpx.AsyncClient) -> None:
+        for _ in range(2):
+            assert (await Caller(http, A2A_HEADERS).post("GetTask", {"id": "x"})).status_code == 401
+
+        metrics = (await http.get("/metrics")).text
+
+        assert 'longhaul_gateway_refusals_total{reason="unauthenticated"} 2.0' in metrics
+        assert 'longhaul_gateway_refusals_total{reason="overloaded"} 0.0' in metrics
+
     async def test_the_card_says_a_bearer_key_is_required(self, http: httpx.AsyncClient) -> None:
         card = (await http.get("/.well-known/agent-card.json")).json()
 
