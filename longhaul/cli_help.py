@@ -26,13 +26,25 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " access-review skill. It logs 'longhaul is up: <agent card URL>' when it serves. Two `up`s"
             " cannot share one data directory."
         ),
-        ("store", "database_url", "nats_url", "iam_url", "data_dir", "host", "port", "log_format"),
+        (
+            "store",
+            "database_url",
+            "nats_url",
+            "iam_url",
+            "data_dir",
+            "host",
+            "port",
+            "api_key_file",
+            "log_format",
+        ),
     ),
     "gateway": (
         (
             "Serve A2A 1.0 over HTTP until stopped: JSON-RPC at /a2a/jsonrpc and the agent card at"
             " /.well-known/agent-card.json. Stateless: run any number behind a load balancer. Without NATS"
-            " it serves anyway, and blocking calls poll the log."
+            " it serves anyway, and blocking calls poll the log. With API keys (LONGHAUL_API_KEY_FILE,"
+            " LONGHAUL_API_KEYS) every method needs a bearer key and runs as its tenant; without, it"
+            " serves one open dev tenant and logs a WARNING saying so."
         ),
         (
             "database_url",
@@ -43,6 +55,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "default_skill",
             "skill_modules",
             "allow_private_webhooks",
+            "api_key_file",
+            "api_keys",
+            "max_in_flight",
         ),
     ),
     "worker": (
