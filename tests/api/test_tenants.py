@@ -15,9 +15,14 @@ from uuid import UUID
 import httpx
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from litestar import Litestar
+from litestar.connection import ASGIConnection
 
 from api.api_keys import KeyRing, parse_pairs
+from api.authentication import caller_tenant
+from api.errors import UnauthenticatedError
 from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -213,6 +218,42 @@ class TestUnauthenticated:
         assert body["id"] is None
         error_of(body, -32000, "UNAUTHENTICATED")
         assert log_position(store) == 0
+
+    @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+    @given(
+        st.one_of(
+            st.tuples(
+                st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=80), st.just(False)
+            ),
+            st.builds(
+                lambda scheme, key, tail: (
+                    f"{scheme} {key}{tail}",
+                    scheme.lower() == "bearer" and tail.isspace(),
+                ),
+                st.sampled_from(["Bearer", "bearer", "BEARER", "Basic", "Token", "Bearer:"]),
+                st.sampled_from([ACME_KEY, GLOBEX_KEY]),
+                st.sampled_from([" ", "  ", "x", "=", "\x80"]),
+            ),
+        )
+    )
+    async def test_any_authorization_header_is_401_unless_it_is_a_key(
+        self, http: httpx.AsyncClient, store: TaskApplication, case: tuple[str, bool]
+    ) -> None:
+        header, known = case
+        before = log_position(store)
+        caller = Caller(http, {**A2A_HEADERS, "Authorization": header.encode("latin-1")})
+
+        response = await caller.post("ListTasks", {})
+
+        assert response.status_code == (200 if known else 401), header
+        assert log_position(store) == before
+
+    def test_a_request_the_middleware_did_not_see_is_unauthenticated(self) -> None:
+        scope: Any = {"type": "http", "path": "/", "headers": [], "state": {}}
+        connection: ASGIConnection[Any, Any, Any, Any] = ASGIConnection(scope)
+
+        with pytest.raises(UnauthenticatedError):
+            caller_tenant(connection, "acme")
 
     async def test_the_scheme_name_is_case_insensitive(self, http: httpx.AsyncClient) -> None:
         caller = Caller(http, {**A2A_HEADERS, "Authorization": f"bearer {ACME_KEY}"})
