@@ -311,13 +311,18 @@ class TestFollowUp:
         assert response["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
         assert _count(store, UUID(task["id"]), "InputReceived") == 1
 
+    async def _answered(self, rpc: Rpc, advance: Advance) -> tuple[JSON, JSON, JSON]:
+        """A paused task answered once: the task as sent, the answer, and the answer's result."""
+        task = await self._paused(rpc, advance)
+        answer = user_message("yes", message_id="answer-1", taskId=task["id"])
+        result = (await rpc("SendMessage", {"message": answer, **_now()}))["result"]["task"]
+        return task, answer, result
+
     async def test_a_resent_answer_returns_the_task_and_appends_nothing(
         self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
-        task = await self._paused(rpc, advance)
+        task, answer, first = await self._answered(rpc, advance)
         task_id = UUID(task["id"])
-        answer = user_message("yes", message_id="answer-1", taskId=task["id"])
-        first = (await rpc("SendMessage", {"message": answer, **_now()}))["result"]["task"]
         before = log_position(store)
 
         again = await rpc("SendMessage", {"message": {**answer, "contextId": task["contextId"]}, **_now()})
@@ -329,10 +334,8 @@ class TestFollowUp:
     async def test_a_resent_answer_after_the_task_paused_again_or_ended_appends_nothing(
         self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
-        task = await self._paused(rpc, advance)
+        task, answer, _ = await self._answered(rpc, advance)
         task_id = UUID(task["id"])
-        answer = user_message("yes", message_id="answer-1", taskId=task["id"])
-        await rpc("SendMessage", {"message": answer, **_now()})
         await asyncio.to_thread(advance.ask, task_id, "and the second question?")
 
         paused = await rpc("SendMessage", {"message": answer, **_now()})
