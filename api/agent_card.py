@@ -39,12 +39,20 @@ class CardDocument:
         return "*" in tags or self.etag in tags
 
 
-def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
-    """The card: our JSON-RPC interface, capabilities and the newest version of every skill."""
+BEARER_SCHEME = "bearer"
+"""The name of the bearer API key scheme in the card's ``securitySchemes``."""
+
+
+def build_agent_card(registry: SkillRegistry, public_url: str, *, bearer: bool = False) -> JSON:
+    """The card: our JSON-RPC interface, capabilities and the newest version of every skill.
+
+    ``bearer``: every method needs an API key as a bearer token, and the card says so in
+    ``securitySchemes`` and ``securityRequirements`` (without it, the open dev tenant, neither).
+    """
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
         newest[skill.name] = skill
-    return {
+    card: JSON = {
         "name": "longhaul",
         "description": (
             "Durable runtime for long-running A2A tasks: every step is committed to an append-only "
@@ -63,6 +71,18 @@ def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
         "defaultOutputModes": list(MEDIA_MODES),
         "skills": [_skill_entry(skill) for skill in newest.values()],
     }
+    if bearer:
+        card["securitySchemes"] = {
+            BEARER_SCHEME: {
+                "httpAuthSecurityScheme": {
+                    "scheme": "Bearer",
+                    "bearerFormat": "API key",
+                    "description": "A longhaul API key; it names the caller's tenant.",
+                }
+            }
+        }
+        card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
+    return card
 
 
 def card_document(card: JSON, *, modified: datetime) -> CardDocument:

@@ -23,7 +23,9 @@ import psycopg
 import uvicorn
 from eventsourcing.persistence import OperationalError as StoreOperationalError
 
+from api.api_keys import ApiKeyError, mint_key
 from api.app import create_app
+from api.service import DEFAULT_TENANT
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import FeedWaiter
 from domain.clock import Clock
@@ -130,6 +132,16 @@ async def _gateway_app(
     Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
     """
     registry = wiring.build_registry(settings)
+    api_keys = wiring.key_ring(settings)
+    if api_keys is None:
+        log.warning(
+            "NO API KEYS (LONGHAUL_API_KEYS, LONGHAUL_API_KEY_FILE): the gateway is OPEN, every caller is"
+            " served without authentication as whatever tenant it names (default %r); development only",
+            DEFAULT_TENANT,
+        )
+    else:
+        tenants = sorted(api_keys.tenants)
+        log.info("API keys: %d, for the tenants %s", len(api_keys.keys), ", ".join(tenants))
     feed = None
     waiter = None
     if settings.nats_url is not None and settings.store == "postgres":
@@ -152,6 +164,8 @@ async def _gateway_app(
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
             process_metrics=worker_metrics.registry if worker_metrics is not None else None,
             allow_private_webhooks=settings.allow_private_webhooks,
+            api_keys=api_keys,
+            max_in_flight=settings.max_in_flight,
         )
     finally:
         if feed is not None:
@@ -696,6 +710,17 @@ def projections(settings: Settings, action: str) -> int:
         found = lags(store)
     for kept, lag in found:
         print(f"{kept.label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
+    return 0
+
+
+def keys_new(tenant: str) -> int:
+    """Mint an API key for ``tenant``: the key for the client, then the key file line for the server."""
+    try:
+        minted = mint_key(tenant)
+    except ApiKeyError as error:
+        raise CommandError(str(error)) from None
+    print(f"key (give it to the client; it is not stored anywhere): {minted.key}")
+    print(f"key file line (append it to LONGHAUL_API_KEY_FILE, then restart the gateways): {minted.line}")
     return 0
 
 
