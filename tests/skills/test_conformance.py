@@ -186,3 +186,11 @@ def test_longest_prefix_first() -> None:
     assert scenario_of("tck-stream-artifact-file-1") == "tck-stream-artifact-file"
     assert scenario_of("tck-stream-artifact-chunked-1") == "tck-stream-artifact-chunked"
     assert scenario_of("nope") == ""
+
+
+def test_only_the_message_response_scenario_answers_with_a_message() -> None:
+    skill = conformance_skill()
+    assert skill.answers_with_message({"messageId": f"tck-message-response-{SESSION}"})
+    for prefix in ["tck-complete-task", "tck-artifact-text", "tck-input-required", "tck-message", "x"]:
+        assert not skill.answers_with_message({"messageId": f"{prefix}-{SESSION}"}), prefix
+    assert not skill.answers_with_message({})

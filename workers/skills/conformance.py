@@ -8,8 +8,9 @@ Steps (v1): ``respond`` (everything), ``follow_up`` (only after ``tck-input-requ
 completes with ``Received: <text>``). Checkpoint: ``{"scenario": prefix or "", "messageId": id}``,
 plus ``emitted`` while the chunked-stream scenario is between its two chunks.
 
-Not covered: ``tck-message-response`` wants a direct Message instead of a task, which a durable
-runtime that always makes a task cannot give; it completes a task with that message instead.
+``tck-message-response`` wants a bare Message as the answer: the task runs and completes with
+"Direct message response" like any other, and the skill's ``answers_with_message`` makes its
+sends answer with that message instead of the task (ADR 0020).
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def scenario_of(message_id: str) -> str:
     return "tck-stream" if message_id.startswith("tck-stream-") else ""
 
 
+def answers_with_message(first_message: JSON) -> bool:
+    """Whether the task answers with a bare Message: only ``tck-message-response``."""
+    return scenario_of(str(first_message.get("messageId", ""))) == "tck-message-response"
+
+
 def _artifact(*parts: JSON) -> JSON:
     return {"artifactId": ARTIFACT_ID, "name": "tck-output", "parts": list(parts)}
 
@@ -111,6 +117,7 @@ class Conformance:
             steps=[self.respond, self.follow_up],
             description="The A2A TCK's test agent: behaves as the TCK's messageId prefixes ask.",
             tags=("tck", "conformance"),
+            answers_with_message=answers_with_message,
         )
 
     async def respond(self, ctx: StepContext) -> StepOutcome:
