@@ -21,7 +21,7 @@ from domain.skill import SkillRegistry
 from store.application import TaskApplication
 from store.messages import agent_message
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
-from workers.skills.conformance import conformance_skill
+from workers.skills.conformance import conformance_skills
 
 JSON = dict[str, Any]
 REPLY_ID = "tck-message-response-0a1b2c3d"
@@ -30,7 +30,7 @@ IMMEDIATE = {"returnImmediately": True}
 
 @pytest_asyncio.fixture
 async def client(make_app: Callable[..., Litestar]) -> AsyncIterator[httpx.AsyncClient]:
-    app = make_app(registry=SkillRegistry([conformance_skill()]), default_skill="conformance")
+    app = make_app(registry=SkillRegistry(conformance_skills()), default_skill="conformance")
     async with http_client(app) as http:
         yield http
 

@@ -51,7 +51,7 @@ def test_the_card_declares_the_durability_policy_with_the_settings_figures(base:
     assert params["maxPauseSeconds"] == 6 * 3600
     assert params["onRestart"] == "resume"
     assert params["streamResume"] is capabilities["streaming"]
-    assert params["skillVersions"]["conformance"] == [1]
+    assert params["skillVersions"]["conformance"] == [1, 2]
     assert "conformance" in [skill["id"] for skill in card["skills"]]
 
 

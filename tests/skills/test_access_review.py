@@ -354,6 +354,7 @@ def test_builtin_skills_register_together() -> None:
     assert [(s.name, s.version) for s in registry.all()] == [
         ("access-review", 1),
         ("conformance", 1),
+        ("conformance", 2),
         ("echo", 1),
         ("research", 1),
     ]
