@@ -158,8 +158,9 @@ class A2AService:
         of the first message gets the same kind of answer on any gateway. A streaming send of
         such a task is a message-only stream: nothing until ``message_answer``, then close.
         """
-        skill = self._registry.get(task.skill, task.skill_version)
-        return skill.answers_with_message(task.history[0])
+        if not self._registry.has(task.skill, task.skill_version):
+            return False  # a finished task of a version this release dropped: it answers as a task
+        return self._registry.get(task.skill, task.skill_version).answers_with_message(task.history[0])
 
     async def message_answer(self, task: Task) -> JSON:
         """``{"message": reply}`` once ``task`` settled with its completion message as the reply.

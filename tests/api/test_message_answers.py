@@ -7,6 +7,7 @@ here, ``Advance`` plays it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
@@ -114,3 +115,24 @@ async def test_other_scenarios_of_the_skill_answer_with_the_task(rpc: Rpc, advan
     assert task["id"] == str(task_id_for(message_id))
     assert UUID(task["id"])
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_resend_to_a_task_of_a_dropped_skill_version_answers_with_the_task(
+    make_app: Callable[..., Litestar], advance: Advance
+) -> None:
+    async with http_client(
+        make_app(registry=SkillRegistry(conformance_skills()), default_skill="conformance")
+    ) as old:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {"message": user_message(message_id=REPLY_ID)},
+        }
+        await asyncio.gather(old.post("/a2a/jsonrpc", json=body), _worker(advance, REPLY_ID))
+    newer = SkillRegistry([dataclasses.replace(conformance_skills()[-1], version=3)])
+
+    async with http_client(make_app(registry=newer, default_skill="conformance")) as http:
+        answer = (await http.post("/a2a/jsonrpc", json=body)).json()
+
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
