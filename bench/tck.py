@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import Any
 import httpx
 import nats
 
-from bench.common import DEFAULT_DATABASE_URL, REPO_ROOT, fresh_schema
+from bench.common import DEFAULT_DATABASE_URL, REPO_ROOT, free_port, fresh_schema
 
 SUMMARY = re.compile(r"^=*\s*(?P<counts>(\d+ \w+(, )?)+) in [\d.]+s")
 TCK_ID_LINE = '    return f"tck-{name}-{_SESSION}"'
@@ -179,13 +178,6 @@ def up_env(
         }
     )
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for_card(base: str, up: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
