@@ -19,6 +19,7 @@ from api.agent_card import (
     CACHE_CONTROL,
     JSONRPC_PATH,
     CardDocument,
+    DurabilityPolicy,
     build_agent_card,
     card_document,
 )
@@ -94,12 +95,14 @@ def create_app(
     clock: Clock,
     default_skill: str,
     max_pause: timedelta,
+    retention: timedelta,
     public_url: str,
     waiter: TaskWaiter | None = None,
     blocking_timeout_s: float = 600,
     relay_stream: str | None = None,
     process_metrics: CollectorRegistry | None = None,
     allow_private_webhooks: bool = False,
+    retention_overridden: bool = False,
     api_keys: KeyRing | None = None,
     max_in_flight: int = DEFAULT_LIMIT,
 ) -> Litestar:
@@ -108,8 +111,10 @@ def create_app(
     ``waiter`` wakes blocking SendMessage calls when their task changes (default: polling the
     log). ``blocking_timeout_s`` bounds how long a blocking call waits before answering with the
     task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
-    the gateway only carries it for the composition root. ListTasks reads the current-task view
-    in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
+    the gateway declares it on the card, with ``retention`` (the default retention;
+    ``retention_overridden`` when per-tenant or per-skill overrides exist). ListTasks reads the
+    current-task view in ``store``'s schema (through ``store``'s pool); over a memory store it is
+    unsupported.
     ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
     table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
     ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
@@ -127,8 +132,11 @@ def create_app(
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
     )
+    policy = DurabilityPolicy(
+        retention=retention, max_pause=max_pause, retention_overridden=retention_overridden
+    )
     card = card_document(
-        build_agent_card(registry, public_url, bearer=api_keys is not None), modified=clock()
+        build_agent_card(registry, public_url, policy, bearer=api_keys is not None), modified=clock()
     )
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
     limit, authenticate = LimitInFlight(max_in_flight), Authenticate(api_keys)

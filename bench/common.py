@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--no-json", action="store_true", help="do not write bench/results/<name>.json")
     parser.add_argument("--tag", help="write bench/results/<name>.<tag>.json (a variant run) instead")
     return parser
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def utc_now() -> datetime:

@@ -12,7 +12,6 @@ Besides latency it reports each gateway process's CPU time (user + system) per r
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,18 +24,20 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import REPO_ROOT, base_parser, fresh_schema, machine_info, summary_ms, table, write_results
+from bench.common import (
+    REPO_ROOT,
+    base_parser,
+    free_port,
+    fresh_schema,
+    machine_info,
+    summary_ms,
+    table,
+    write_results,
+)
 from bench.processes import WorkerProcess, worker_env
 
 VARIANTS = {"longhaul": ["longhaul.cli", "gateway"], "before (no TCP_NODELAY)": ["bench.delayed_ack_gateway"]}
 BASELINE_TREE = "tree at --baseline-tree"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def start_process(

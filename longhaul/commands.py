@@ -159,6 +159,8 @@ async def _gateway_app(
             clock=clock,
             default_skill=settings.default_skill,
             max_pause=settings.max_pause,
+            retention=settings.retention,
+            retention_overridden=bool(settings.retention_overrides),
             public_url=wiring.public_url(settings, port),
             waiter=waiter,
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
