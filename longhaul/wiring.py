@@ -66,7 +66,7 @@ def system_clock(settings: Settings) -> Clock:
 
 
 def store_config(
-    settings: Settings, *, pool_size: int = 5, cache_size: int = 0
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
 ) -> StoreConfig | MemoryConfig:
     """Where the event store lives: ``LONGHAUL_STORE`` chooses PostgreSQL or this process's memory."""
     if settings.store == "memory":
@@ -81,12 +81,17 @@ def store_config(
         pool_size=pool_size,
         max_overflow=pool_size,
         cache_size=cache_size,
+        pre_ping=pre_ping,
     )
 
 
-def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
+def build_store(
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
+) -> TaskApplication:
     """Open the event store (on PostgreSQL, creating or migrating its tables first)."""
-    return TaskApplication(store_config(settings, pool_size=pool_size, cache_size=cache_size))
+    return TaskApplication(
+        store_config(settings, pool_size=pool_size, cache_size=cache_size, pre_ping=pre_ping)
+    )
 
 
 def nats_names(settings: Settings) -> NatsNames:
