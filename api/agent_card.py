@@ -1,7 +1,12 @@
 """The A2A 1.0 agent card served at ``/.well-known/agent-card.json``.
 
-The card is built once per process from the skill registry, so its ETag and Last-Modified are
-fixed for the life of the process and clients can revalidate it cheaply.
+The card is built once per process from the skill registry and the durability policy, so its
+ETag and Last-Modified are fixed for the life of the process and clients can revalidate it cheaply.
+
+longhaul's durability policy is a declared A2A extension in ``capabilities.extensions`` (URI
+``DURABILITY_EXTENSION``, ``required: false``): what a caller may rely on about retention, restarts,
+pauses, resends and stream resumption, with the figures this deployment runs with. No request
+needs to activate it; it describes, it changes nothing on the wire.
 """
 
 from __future__ import annotations
@@ -9,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from domain.skill import Skill, SkillRegistry
 
@@ -21,6 +28,25 @@ JSON = dict[str, Any]
 JSONRPC_PATH = "/a2a/jsonrpc"
 MEDIA_MODES = ["text/plain", "application/json"]
 CACHE_CONTROL = "public, max-age=300"
+DURABILITY_EXTENSION = "urn:longhaul:a2a:durability:v1"
+"""The URI of longhaul's durability policy extension (docs/api.md#the-durability-extension)."""
+
+_DURATION = TypeAdapter(timedelta)
+
+
+@dataclass(frozen=True)
+class DurabilityPolicy:
+    """The figures of the durability extension: from the settings the deployment runs with.
+
+    ``retention`` is ``LONGHAUL_RETENTION`` (the default; ``LONGHAUL_RETENTION_OVERRIDES`` may set
+    others per tenant or skill, which the public card does not list), ``max_pause`` is
+    ``LONGHAUL_MAX_PAUSE``, ``streaming`` whether SSE streams (and so their resumption) are served.
+    """
+
+    retention: timedelta
+    max_pause: timedelta
+    retention_overridden: bool = False
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,12 +65,24 @@ class CardDocument:
         return "*" in tags or self.etag in tags
 
 
-def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
-    """The card: our JSON-RPC interface, capabilities and the newest version of every skill."""
+BEARER_SCHEME = "bearer"
+"""The name of the bearer API key scheme in the card's ``securitySchemes``."""
+
+
+def build_agent_card(
+    registry: SkillRegistry, public_url: str, policy: DurabilityPolicy, *, bearer: bool = False
+) -> JSON:
+    """The card: our interfaces, capabilities (with the durability extension) and skills.
+
+    ``skills`` lists the newest version of every skill (the one new tasks start on); the
+    extension lists every version this release runs, for tasks pinned to an older one.
+    ``bearer``: every method needs an API key as a bearer token, and the card says so in
+    ``securitySchemes`` and ``securityRequirements`` (without it, the open dev tenant, neither).
+    """
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
         newest[skill.name] = skill
-    return {
+    card: JSON = {
         "name": "longhaul",
         "description": (
             "Durable runtime for long-running A2A tasks: every step is committed to an append-only "
@@ -58,10 +96,58 @@ def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
                 "protocolVersion": "1.0",
             }
         ],
-        "capabilities": {"streaming": False, "pushNotifications": True},
+        "capabilities": {
+            "streaming": policy.streaming,
+            "pushNotifications": True,
+            "extendedAgentCard": False,
+            "extensions": [durability_extension(registry, policy)],
+        },
         "defaultInputModes": list(MEDIA_MODES),
         "defaultOutputModes": list(MEDIA_MODES),
         "skills": [_skill_entry(skill) for skill in newest.values()],
+    }
+    if bearer:
+        card["securitySchemes"] = {
+            BEARER_SCHEME: {
+                "httpAuthSecurityScheme": {
+                    "scheme": "Bearer",
+                    "bearerFormat": "API key",
+                    "description": "A longhaul API key; it names the caller's tenant.",
+                }
+            }
+        }
+        card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
+    return card
+
+
+def durability_extension(registry: SkillRegistry, policy: DurabilityPolicy) -> JSON:
+    """The ``AgentExtension`` that declares longhaul's durability policy (docs/api.md)."""
+    versions: dict[str, list[int]] = {}
+    for skill in registry.all():
+        versions.setdefault(skill.name, []).append(skill.version)
+    return {
+        "uri": DURABILITY_EXTENSION,
+        "description": (
+            "Durability policy: tasks survive restarts and resume from their last committed step; "
+            "terminal tasks are kept for `retention`, then answer TaskNotFound saying they expired; "
+            "a pause (input-required, auth-required) ends at its deadline, at most `maxPause`; a "
+            "SendMessage resent with the same messageId returns the original result; with "
+            "`streamResume`, every SSE frame's id is the task version and Last-Event-ID resumes "
+            "after it without a gap."
+        ),
+        "required": False,
+        "params": {
+            "retention": _DURATION.dump_python(policy.retention, mode="json"),
+            "retentionSeconds": policy.retention.total_seconds(),
+            "retentionOverridden": policy.retention_overridden,
+            "maxPause": _DURATION.dump_python(policy.max_pause, mode="json"),
+            "maxPauseSeconds": policy.max_pause.total_seconds(),
+            "onRestart": "resume",
+            "sideEffects": "once",
+            "resendByMessageId": True,
+            "streamResume": policy.streaming,
+            "skillVersions": versions,
+        },
     }
 
 

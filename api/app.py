@@ -19,12 +19,16 @@ from api.agent_card import (
     CACHE_CONTROL,
     JSONRPC_PATH,
     CardDocument,
+    DurabilityPolicy,
     build_agent_card,
     card_document,
 )
+from api.api_keys import KeyRing
+from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.errors import InvalidRequestError, RequestTooLargeError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
-from api.metrics import gateway_registry
+from api.metrics import GatewayLoadCollector, gateway_registry
+from api.overload import DEFAULT_LIMIT, UNLIMITED, LimitInFlight
 from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
@@ -37,8 +41,11 @@ MAX_BODY_BYTES = 1024 * 1024
 
 JSON_MEDIA_TYPE = "application/json"
 
+OPEN_ROUTE = {PUBLIC: True, UNLIMITED: True}
+"""The ``opt`` of routes anyone may call, at any load: no key checked, not counted in flight."""
 
-@get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False)
+
+@get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False, opt=OPEN_ROUTE)
 def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
     """The agent card, revalidated with ``If-None-Match``."""
     card: CardDocument = request.app.state.card
@@ -64,11 +71,12 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
         body=body,
         content_type=request.headers.get("content-type"),
         a2a_version=request.headers.get("a2a-version") or request.query_params.get("A2A-Version"),
+        tenant_of=lambda named: caller_tenant(request, named),
     )
     return _respond(answer)
 
 
-@get("/metrics", operation_id="metrics", sync_to_thread=True)
+@get("/metrics", operation_id="metrics", sync_to_thread=True, opt=OPEN_ROUTE)
 def metrics(request: Request[object, object, State]) -> Response[bytes]:
     """The deployment's metrics in the Prometheus text format (``api/metrics.py``)."""
     registry: CollectorRegistry = request.app.state.metrics
@@ -87,23 +95,32 @@ def create_app(
     clock: Clock,
     default_skill: str,
     max_pause: timedelta,
+    retention: timedelta,
     public_url: str,
     waiter: TaskWaiter | None = None,
     blocking_timeout_s: float = 600,
     relay_stream: str | None = None,
     process_metrics: CollectorRegistry | None = None,
     allow_private_webhooks: bool = False,
+    retention_overridden: bool = False,
+    api_keys: KeyRing | None = None,
+    max_in_flight: int = DEFAULT_LIMIT,
 ) -> Litestar:
     """The gateway app over ``store``.
 
     ``waiter`` wakes blocking SendMessage calls when their task changes (default: polling the
     log). ``blocking_timeout_s`` bounds how long a blocking call waits before answering with the
     task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
-    the gateway only carries it for the composition root. ListTasks reads the current-task view
-    in ``store``'s schema (through ``store``'s pool); over a memory store it is unsupported.
+    the gateway declares it on the card, with ``retention`` (the default retention;
+    ``retention_overridden`` when per-tenant or per-skill overrides exist). ListTasks reads the
+    current-task view in ``store``'s schema (through ``store``'s pool); over a memory store it is
+    unsupported.
     ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
     table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
     ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
+    ``api_keys`` are the bearer keys callers authenticate with, each mapped to its tenant
+    (``api.authentication``); without them every caller is the open development tenant.
+    Past ``max_in_flight`` requests in flight a request is answered 429 (``api.overload``).
     """
     service = A2AService(
         store=store,
@@ -115,10 +132,21 @@ def create_app(
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
     )
-    card = card_document(build_agent_card(registry, public_url), modified=clock())
+    policy = DurabilityPolicy(
+        retention=retention, max_pause=max_pause, retention_overridden=retention_overridden
+    )
+    card = card_document(
+        build_agent_card(registry, public_url, policy, bearer=api_keys is not None), modified=clock()
+    )
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
+    limit, authenticate = LimitInFlight(max_in_flight), Authenticate(api_keys)
+    metrics_registry.register(GatewayLoadCollector(limit, authenticate))
     state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     return Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics], state=state, debug=False, logging_config=None
+        route_handlers=[get_agent_card, jsonrpc, metrics],
+        middleware=[limit, authenticate],
+        state=state,
+        debug=False,
+        logging_config=None,
     )

@@ -123,6 +123,24 @@ class VersionNotSupportedError(A2AError):
     default_message = "A2A version not supported"
 
 
+class UnauthenticatedError(A2AError):
+    """No API key, or one the gateway does not know (HTTP 401 with ``WWW-Authenticate: Bearer``).
+
+    A2A defines no code for it: it takes -32000, the first of JSON-RPC's implementation-defined
+    server errors, and ErrorInfo tells it apart (the A2A errors use -32001 and up).
+    """
+
+    code, reason, http_status = -32000, "UNAUTHENTICATED", 401
+    default_message = "Authentication required: send Authorization: Bearer <API key>"
+
+
+class ResourceExhaustedError(A2AError):
+    """The gateway has as many requests in flight as it takes (HTTP 429 with ``Retry-After``)."""
+
+    code, reason, http_status = -32000, "RESOURCE_EXHAUSTED", 429
+    default_message = "Too many requests in flight; retry after the Retry-After delay"
+
+
 KEPT_CHANGING = "the task kept changing while this request ran; retry it"
 
 

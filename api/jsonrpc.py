@@ -84,10 +84,19 @@ def check_version(value: str | None) -> None:
         raise VersionNotSupportedError(f"A2A version {requested!r} is not supported; this agent speaks 1.0")
 
 
+TenantOf = Callable[[str | None], str]
+"""The tenant a method runs as, given the tenant its params name (``api.authentication.caller_tenant``)."""
+
+
 async def handle_jsonrpc(
-    service: A2AService, *, body: bytes, content_type: str | None, a2a_version: str | None
+    service: A2AService,
+    *,
+    body: bytes,
+    content_type: str | None,
+    a2a_version: str | None,
+    tenant_of: TenantOf,
 ) -> RpcAnswer:
-    """Answer one JSON-RPC request. Never raises."""
+    """Answer one JSON-RPC request, as the tenant ``tenant_of`` gives. Never raises."""
     request_id: RequestId = None
     try:
         _check_content_type(content_type)
@@ -95,7 +104,7 @@ async def handle_jsonrpc(
         request_id = _usable_id(document)
         envelope = _envelope(document)
         check_version(a2a_version)
-        result = await _dispatch(service, envelope.method, envelope.params)
+        result = await _dispatch(service, envelope.method, envelope.params, tenant_of)
     except A2AError as error:
         return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()})
     except Exception:
@@ -158,16 +167,21 @@ def _envelope(document: Any) -> JsonRpcRequest:
         ) from None
 
 
-Handler = Callable[[A2AService, Params], Awaitable[JSON]]
+Handler = Callable[[A2AService, Params, TenantOf], Awaitable[JSON]]
 M = TypeVar("M", bound=WireModel)
 
 
 def _method(model: type[M], name: str) -> Handler:
-    """A JSON-RPC method: its params validated as ``model``, then ``service.<name>`` of them."""
+    """A JSON-RPC method: its params validated as ``model``, then ``service.<name>`` of them.
 
-    async def handle(service: A2AService, params: Params) -> JSON:
+    The params' ``tenant`` is replaced by the tenant the caller runs as (``tenant_of``).
+    """
+
+    async def handle(service: A2AService, params: Params, tenant_of: TenantOf) -> JSON:
         use: Callable[[M], Awaitable[JSON]] = getattr(service, name)
-        return await use(parse_params(model, params))
+        request = parse_params(model, params)
+        tenant = tenant_of(getattr(request, "tenant", None))
+        return await use(request.model_copy(update={"tenant": tenant}))
 
     return handle
 
@@ -186,10 +200,10 @@ METHODS: dict[str, Handler] = {
 }
 
 
-async def _dispatch(service: A2AService, method: str, params: Params) -> JSON:
+async def _dispatch(service: A2AService, method: str, params: Params, tenant_of: TenantOf) -> JSON:
     handler = METHODS.get(method)
     if handler is not None:
-        return await handler(service, params)
+        return await handler(service, params, tenant_of)
     if method in UNSUPPORTED_METHODS:
         raise UnsupportedOperationError(UNSUPPORTED_METHODS[method])
     raise MethodNotFoundError(f"method {method!r} not found; this agent serves A2A 1.0 methods")

@@ -20,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from psycopg.sql import SQL, Identifier
 
+from api.authentication import Authenticate
+from api.overload import LimitInFlight
 from domain.states import TaskState
 from projections.projector import lags
 from store.application import TaskApplication
@@ -144,6 +146,30 @@ def gateway_registry(
     if extra is not None:
         registry.register(_Forward(extra))
     return registry
+
+
+class GatewayLoadCollector(Collector):
+    """This gateway process's own figures: requests in flight, and requests refused before any handler."""
+
+    def __init__(self, limit: LimitInFlight, authenticate: Authenticate) -> None:
+        self.limit = limit
+        self.authenticate = authenticate
+
+    def collect(self) -> Iterable[Any]:
+        """The in-flight gauge and the refusals counter, read now."""
+        yield GaugeMetricFamily(
+            "longhaul_gateway_in_flight",
+            "Requests this gateway has in flight (accepted, answer not started).",
+            value=self.limit.in_flight,
+        )
+        refusals = CounterMetricFamily(
+            "longhaul_gateway_refusals",
+            "Requests this gateway refused before any handler ran, by reason (overloaded, unauthenticated).",
+            labels=["reason"],
+        )
+        refusals.add_metric(["overloaded"], self.limit.refused)
+        refusals.add_metric(["unauthenticated"], self.authenticate.refused)
+        yield refusals
 
 
 class _Forward(Collector):

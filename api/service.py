@@ -97,6 +97,23 @@ class A2AService:
     async def send_message(self, request: SendMessageRequest) -> JSON:
         """Start a task, or answer a paused one; blocks until it settles unless asked not to.
 
+        The answer is ``{"task": …}``, or ``{"message": …}`` for a task whose skill answers its
+        first message with a bare Message (``answers_with_message``); that answer always waits
+        for the task to settle, as ``returnImmediately`` has no effect on Message results.
+        """
+        task = await self.start(request)
+        configuration = request.configuration
+        if self.answers_with_message(task):
+            return await self.message_answer(task)
+        if configuration is None or not configuration.return_immediately:
+            task = await self._settled(task)
+        history_length = configuration.history_length if configuration is not None else None
+        return {"task": task_to_wire(task, history_length=history_length)}
+
+    async def start(self, request: SendMessageRequest) -> Task:
+        """Submit the message as a new task, or as the answer to the paused task it names.
+
+        The first half of SendMessage and SendStreamingMessage: the task as the commit left it.
         An inline ``configuration.taskPushNotificationConfig`` is checked like a created one and
         stored in the same commit as the task's ``Submitted`` (or the answer's ``InputReceived``).
         """
@@ -115,7 +132,7 @@ class A2AService:
             )
         try:
             if message.task_id is None:
-                task = await asyncio.to_thread(
+                return await asyncio.to_thread(
                     self._store.submit,
                     tenant=tenant,
                     message=message.to_json(),
@@ -123,21 +140,39 @@ class A2AService:
                     clock=self._clock,
                     push_config=push_config,
                 )
-            else:
-                task = await asyncio.to_thread(
-                    self._store.answer,
-                    _task_id(message.task_id),
-                    tenant=tenant,
-                    message=message.to_json(),
-                    clock=self._clock,
-                    push_config=push_config,
-                )
+            return await asyncio.to_thread(
+                self._store.answer,
+                _task_id(message.task_id),
+                tenant=tenant,
+                message=message.to_json(),
+                clock=self._clock,
+                push_config=push_config,
+            )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
-        if configuration is None or not configuration.return_immediately:
-            task = await self._settled(task)
-        history_length = configuration.history_length if configuration is not None else None
-        return {"task": task_to_wire(task, history_length=history_length)}
+
+    def answers_with_message(self, task: Task) -> bool:
+        """Whether ``task``'s sends answer with a bare Message: its skill says so of its first message.
+
+        Decided from the log alone (the pinned skill version and the first message), so a resend
+        of the first message gets the same kind of answer on any gateway. A streaming send of
+        such a task is a message-only stream: nothing until ``message_answer``, then close.
+        """
+        if not self._registry.has(task.skill, task.skill_version):
+            return False  # a finished task of a version this release dropped: it answers as a task
+        return self._registry.get(task.skill, task.skill_version).answers_with_message(task.history[0])
+
+    async def message_answer(self, task: Task) -> JSON:
+        """``{"message": reply}`` once ``task`` settled with its completion message as the reply.
+
+        A task that settles any other way (failed, canceled, still running at the blocking
+        timeout, completed without a message) answers ``{"task": …}``: the caller always learns
+        what became of it. As a stream this is the one event before the stream closes.
+        """
+        task = await self._settled(task)
+        if task.state == TaskState.COMPLETED and task.status_message is not None:
+            return {"message": task.status_message}
+        return {"task": task_to_wire(task)}
 
     async def get_task(self, request: GetTaskRequest) -> JSON:
         """The task as it is now."""

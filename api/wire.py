@@ -34,9 +34,12 @@ Role = Literal["ROLE_USER", "ROLE_AGENT"]
 
 
 class WireModel(BaseModel):
-    """Base: camelCase aliases on the wire, unknown members ignored."""
+    """Base: camelCase aliases on the wire, unknown members ignored.
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="ignore", frozen=True)
+    The proto field names (``task_id``) are accepted too: ProtoJSON parsers take both spellings.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
     def to_json(self) -> JSON:
         """The model as wire JSON: camelCase, absent members omitted."""

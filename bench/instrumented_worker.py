@@ -115,8 +115,10 @@ def install_what_ifs(names: set[str]) -> None:
     if "cache" in names:
         original_build = wiring.build_store
 
-        def build_store(settings: Any, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
-            return original_build(settings, pool_size=pool_size, cache_size=1024)
+        def build_store(
+            settings: Any, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
+        ) -> TaskApplication:
+            return original_build(settings, pool_size=pool_size, cache_size=1024, pre_ping=pre_ping)
 
         wiring.build_store = build_store
     if "switch-interval" in names:

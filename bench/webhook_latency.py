@@ -14,6 +14,12 @@ Target: commit -> webhook p99 under 50 ms at 200 tasks/s.
 
     uv run python -m bench.webhook_latency            # 200 tasks/s for 30 s
     uv run python -m bench.webhook_latency --quick    # 200 tasks/s for 8 s
+    uv run python -m bench.webhook_latency --hops     # and where the time goes (bench.webhook_hops)
+    uv run python -m bench.webhook_latency --tree DIR --tag before   # the services of another tree
+
+``--tree DIR`` runs the relay and dispatcher from another checkout (a ``git worktree`` of the
+code before a change) with this benchmark and this environment: before/after pairs are runs of
+this script alternating ``--tree`` (see docs/benchmarks.md §8).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +44,7 @@ from typing import Any
 import nats
 import psutil
 
+from bench import webhook_hops
 from bench.common import (
     REPO_ROOT,
     base_parser,
@@ -102,6 +110,51 @@ def receiver(arrivals: Arrivals) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+class ThreadReceiver:
+    """The threaded receiver (``receiver``) in this process."""
+
+    def __init__(self) -> None:
+        self.arrivals = Arrivals()
+        self.server = receiver(self.arrivals)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def count(self) -> int:
+        return self.arrivals.count()
+
+    def times(self) -> dict[tuple[str, str], float]:
+        with self.arrivals.lock:
+            return dict(self.arrivals.times)
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+class ProcessReceiver:
+    """The aiohttp receiver of ``bench.webhook_receiver``, in a process of its own."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.webhook_receiver"], cwd=REPO_ROOT, stdout=subprocess.PIPE
+        )
+        assert self.process.stdout is not None
+        port = int(self.process.stdout.readline())
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = f"{self.base}/hook"
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def count(self) -> int:
+        return int(self._get("/count"))
+
+    def times(self) -> dict[tuple[str, str], float]:
+        return {(task, state): float(at) for task, state, at in self._get("/arrivals")}
+
+    def close(self) -> None:
+        stop(self.process)
 
 
 def new_task(url: str) -> Task:
@@ -188,12 +241,12 @@ class Watcher:
             await client.close()
 
 
-def start(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start(command: str, env: dict[str, str], log: Path, tree: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "longhaul.cli", command],
-            env=env,
-            cwd=REPO_ROOT,
+            env=env | {"PYTHONPATH": str(tree)},
+            cwd=tree,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -280,27 +333,67 @@ def load(store: TaskApplication, url: str, rate: float, seconds: float) -> tuple
     return committed, time.monotonic() - began
 
 
+def _commit(tree: Path) -> str:
+    """The checked-out commit of ``tree`` (``+dirty`` with uncommitted changes)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True, check=False
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def arguments() -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else "webhook latency")
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--rate", type=float, default=200.0, help="tasks committed per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the load lasts")
     parser.add_argument("--concurrency", type=int, help="LONGHAUL_WEBHOOK_CONCURRENCY (default: its default)")
+    parser.add_argument(
+        "--tree", type=Path, default=REPO_ROOT, help="run the relay and dispatcher from this checkout"
+    )
+    parser.add_argument(
+        "--receiver",
+        choices=("thread", "process"),
+        default="thread",
+        help="the threaded receiver in this process, or bench.webhook_receiver in its own",
+    )
+    parser.add_argument("--hops", action="store_true", help="time each hop (bench.webhook_hops)")
     args = parser.parse_args()
     if args.quick:
         args.seconds = min(args.seconds, 8.0)
     return args
 
 
+def print_hops(hops: dict[str, Any]) -> None:
+    """The hop-by-hop table of ``webhook_hops.breakdown`` (nothing without ``--hops``)."""
+    if not hops:
+        return
+    print(f"\nhop by hop, COMPLETED ({hops['slowest']} slowest tasks of {hops['tasks']}):")
+    print(
+        table(
+            ["hop", "p50 ms", "p99 ms", "slowest 1 % mean ms"],
+            [[name, h["p50_ms"], h["p99_ms"], h["slowest_1pct_mean_ms"]] for name, h in hops["hops"].items()],
+        )
+    )
+
+
 def main() -> None:
     args = arguments()
     info = machine_info(args.database_url)
     arrivals = Arrivals()
-    server = receiver(arrivals)
-    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    hooks: ThreadReceiver | ProcessReceiver = (
+        ThreadReceiver() if args.receiver == "thread" else ProcessReceiver()
+    )
     token = uuid.uuid4().hex[:8]
     stream, prefix = f"BENCH_WH_{token}", f"benchwh{token}"
     logs = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
+    tree = args.tree.resolve()
     with fresh_schema(args.database_url, "webhook") as schema:
         store = TaskApplication(
             StoreConfig(database_url=args.database_url, schema=schema, pool_size=SUBMITTERS)
@@ -308,18 +401,20 @@ def main() -> None:
         env = service_env(args.database_url, schema, args.nats_url, stream, prefix)
         if args.concurrency:
             env["LONGHAUL_WEBHOOK_CONCURRENCY"] = str(args.concurrency)
-        relay = start("relay", env, logs / "relay.log")
-        dispatcher = start("dispatcher", env, logs / "dispatcher.log")
+        if args.hops:
+            webhook_hops.install(args.database_url, schema)
+        relay = start("relay", env, logs / "relay.log", tree)
+        dispatcher = start("dispatcher", env, logs / "dispatcher.log", tree)
         watcher = Watcher(args.nats_url, prefix, stream, arrivals, args.rate)
         try:
             wait_for(logs / "relay.log", "is the leader")
             wait_for(logs / "dispatcher.log", "following stream")
             watcher.thread.start()
             watcher.ready.wait(30)
-            committed, load_s = load(store, url, args.rate, args.seconds)
-            expected = len(committed) * 6  # 4 events on NATS, 2 webhooks per task
+            committed, load_s = load(store, hooks.url, args.rate, args.seconds)
             deadline = time.monotonic() + 60
-            while arrivals.count() < expected and time.monotonic() < deadline:
+            # 4 events on NATS, 2 webhooks per task
+            while arrivals.count() + hooks.count() < len(committed) * 6 and time.monotonic() < deadline:
                 time.sleep(0.1)
             watcher.stop.set()
             watcher.thread.join(10)
@@ -327,18 +422,38 @@ def main() -> None:
                 name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2)
                 for name, p in (("relay", relay), ("dispatcher", dispatcher))
             }
+            times = arrivals.times | hooks.times()
+            hop_rows = webhook_hops.read(args.database_url, schema) if args.hops else {}
         finally:
             stop(dispatcher)
             stop(relay)
             store.close()
-            server.shutdown()
-    rows = latencies(committed, arrivals.times, watcher)
+            hooks.close()
+    hops = (
+        webhook_hops.breakdown(committed, times, hop_rows, min(committed.values()) + WARMUP_S)
+        if args.hops
+        else {}
+    )
+    report(args, info, committed, load_s, times, watcher, cpu, hops, tree, logs)
+
+
+def report(  # noqa: PLR0917 - the run's parts, printed and written once
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    committed: dict[str, float],
+    load_s: float,
+    times: dict[tuple[str, str], float],
+    watcher: Watcher,
+    cpu: dict[str, float],
+    hops: dict[str, Any],
+    tree: Path,
+    logs: Path,
+) -> None:
+    """Print the run's tables and write its results."""
+    rows = latencies(committed, times, watcher)
     core = rows[RAW]
     missing = sum(
-        1
-        for t in committed
-        for s in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED")
-        if (t, s) not in arrivals.times
+        1 for t in committed for s in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED") if (t, s) not in times
     )
     print(f"\nCPU seconds of the processes over the whole run: {cpu}")
     rate = len(committed) / load_s
@@ -349,6 +464,7 @@ def main() -> None:
             [[name, s["n"], s["median_ms"], s["p99_ms"], s["max_ms"]] for name, s in rows.items()],
         )
     )
+    print_hops(hops)
     p99 = rows[HEADLINE]["p99_ms"]
     ratio = p99 / core["p99_ms"] if core["p99_ms"] else float("nan")
     print(f"\ncommit -> webhook p99 {p99:.1f} ms (target < {TARGET_P99_MS:.0f} ms), {ratio:.0f}x raw NATS")
@@ -358,12 +474,16 @@ def main() -> None:
             "machine": info,
             "rate_per_s": args.rate,
             "webhook_concurrency": args.concurrency or "default",
+            "receiver": args.receiver,
             "load_seconds": round(load_s, 2),
             "tasks": len(committed),
             "warmup_excluded_s": WARMUP_S,
             "webhooks_missing": missing,
             "process_cpu_seconds": cpu,
             "latency": rows,
+            "tree": str(tree),
+            "commit": _commit(tree),
+            "hops": hops,
             "target_p99_ms": TARGET_P99_MS,
             "webhook_p99_over_raw_nats_p99": round(ratio, 1),
             "logs": str(logs),

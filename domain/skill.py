@@ -139,15 +139,27 @@ StepOutcome = Continue | AskInput | AskAuth | Complete | Fail | Reject
 Step = Callable[[StepContext], Awaitable[StepOutcome]]
 
 
+def never(first_message: JSON) -> bool:
+    """The default ``Skill.answers_with_message``: every task answers with itself."""
+    return False
+
+
 @dataclass(frozen=True)
 class Skill:
-    """A named, versioned, ordered list of steps. Tasks are pinned to the version they start on."""
+    """A named, versioned, ordered list of steps. Tasks are pinned to the version they start on.
+
+    ``answers_with_message`` says, from a task's first message alone, whether its ``SendMessage``
+    answers with a bare A2A ``Message`` (the message the task completes with) instead of the
+    ``Task``. The task still runs and is logged like any other; only the answer differs. It must
+    be a pure function of the message, so every gateway decides the same from the log.
+    """
 
     name: str
     version: int
     steps: Sequence[Step]
     description: str = ""
     tags: Sequence[str] = ()
+    answers_with_message: Callable[[JSON], bool] = never
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
+    keys = sub.add_parser("keys", help="API keys: mint one for a tenant and print its key file line")
+    key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION", help="new")
+    new_key = key_actions.add_parser("new", help="mint a key; print it and the line for the key file")
+    new_key.add_argument("tenant", metavar="TENANT", help="the tenant the key authenticates as")
     cli_help.describe_main(parser)
     for name, command in sub.choices.items():
         cli_help.describe(name, command)
@@ -166,6 +170,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "tail": _tail,
     "skills": lambda _, settings: commands.skills(settings),
     "migrate": lambda _, settings: commands.migrate(settings),
+    "keys": lambda args, _: commands.keys_new(args.tenant),
 }
 """The commands that do one thing and exit with its status."""
 

@@ -26,13 +26,25 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " access-review skill. It logs 'longhaul is up: <agent card URL>' when it serves. Two `up`s"
             " cannot share one data directory."
         ),
-        ("store", "database_url", "nats_url", "iam_url", "data_dir", "host", "port", "log_format"),
+        (
+            "store",
+            "database_url",
+            "nats_url",
+            "iam_url",
+            "data_dir",
+            "host",
+            "port",
+            "api_key_file",
+            "log_format",
+        ),
     ),
     "gateway": (
         (
             "Serve A2A 1.0 over HTTP until stopped: JSON-RPC at /a2a/jsonrpc and the agent card at"
             " /.well-known/agent-card.json. Stateless: run any number behind a load balancer. Without NATS"
-            " it serves anyway, and blocking calls poll the log."
+            " it serves anyway, and blocking calls poll the log. With API keys (LONGHAUL_API_KEY_FILE,"
+            " LONGHAUL_API_KEYS) every method needs a bearer key and runs as its tenant; without, it"
+            " serves one open dev tenant and logs a WARNING saying so."
         ),
         (
             "database_url",
@@ -43,6 +55,9 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "default_skill",
             "skill_modules",
             "allow_private_webhooks",
+            "api_key_file",
+            "api_keys",
+            "max_in_flight",
         ),
     ),
     "worker": (
@@ -176,6 +191,15 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " `history` does."
         ),
         ("database_url", "database_schema", "data_dir"),
+    ),
+    "keys": (
+        (
+            "`keys new TENANT` mints an API key for TENANT (256 random bits, `lh_...`) and prints it"
+            " with the line that makes gateways accept it: 'KEY_ID TENANT sha256:HEX'. Append the line"
+            " to the file at LONGHAUL_API_KEY_FILE and restart the gateways; give the key to the client,"
+            " who sends it as 'Authorization: Bearer <key>'. The key is printed once and stored nowhere."
+        ),
+        ("api_key_file", "api_keys"),
     ),
 }
 """Per command: its description (paragraphs split by newlines), then the settings it reads most."""

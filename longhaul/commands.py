@@ -23,7 +23,9 @@ import psycopg
 import uvicorn
 from eventsourcing.persistence import OperationalError as StoreOperationalError
 
+from api.api_keys import ApiKeyError, mint_key
 from api.app import create_app
+from api.service import DEFAULT_TENANT
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import FeedWaiter
 from domain.clock import Clock
@@ -130,6 +132,16 @@ async def _gateway_app(
     Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
     """
     registry = wiring.build_registry(settings)
+    api_keys = wiring.key_ring(settings)
+    if api_keys is None:
+        log.warning(
+            "NO API KEYS (LONGHAUL_API_KEYS, LONGHAUL_API_KEY_FILE): the gateway is OPEN, every caller is"
+            " served without authentication as whatever tenant it names (default %r); development only",
+            DEFAULT_TENANT,
+        )
+    else:
+        tenants = sorted(api_keys.tenants)
+        log.info("API keys: %d, for the tenants %s", len(api_keys.keys), ", ".join(tenants))
     feed = None
     waiter = None
     if settings.nats_url is not None and settings.store == "postgres":
@@ -147,20 +159,24 @@ async def _gateway_app(
             clock=clock,
             default_skill=settings.default_skill,
             max_pause=settings.max_pause,
+            retention=settings.retention,
+            retention_overridden=bool(settings.retention_overrides),
             public_url=wiring.public_url(settings, port),
             waiter=waiter,
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
             process_metrics=worker_metrics.registry if worker_metrics is not None else None,
             allow_private_webhooks=settings.allow_private_webhooks,
+            api_keys=api_keys,
+            max_in_flight=settings.max_in_flight,
         )
     finally:
         if feed is not None:
             await feed.close()
 
 
-def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
+def _open_store(settings: Settings, *, pool_size: int = 5, pre_ping: bool = True) -> TaskApplication:
     try:
-        return wiring.build_store(settings, pool_size=pool_size)
+        return wiring.build_store(settings, pool_size=pool_size, pre_ping=pre_ping)
     except (wiring.ConfigurationError, SchemaTooNewError) as error:
         raise CommandError(str(error)) from error
     except (psycopg.OperationalError, StoreOperationalError) as error:
@@ -284,7 +300,7 @@ async def relay(settings: Settings) -> None:
         ", so a relay process has no events to publish (`longhaul up` runs without a relay then)",
     )
     names = _names(settings)
-    store = _open_store(settings)
+    store = _open_store(settings, pre_ping=False)  # no round trip per pooled query (ADR 0021)
     try:
         await _relay(store, names, wiring.stream_limits(settings)).run(stop)
     finally:
@@ -311,7 +327,7 @@ async def dispatcher(settings: Settings) -> None:
         signer = wiring.webhook_signer(settings)
     except wiring.ConfigurationError as error:
         raise CommandError(str(error)) from error
-    store = _open_store(settings)
+    store = _open_store(settings, pre_ping=False)  # no round trip per pooled query (ADR 0021)
     try:
         await _dispatcher(settings, store, names, signer).run(stop)
     finally:
@@ -696,6 +712,17 @@ def projections(settings: Settings, action: str) -> int:
         found = lags(store)
     for kept, lag in found:
         print(f"{kept.label}: at log position {lag.position} of {lag.log_position} ({lag.behind} behind)")
+    return 0
+
+
+def keys_new(tenant: str) -> int:
+    """Mint an API key for ``tenant``: the key for the client, then the key file line for the server."""
+    try:
+        minted = mint_key(tenant)
+    except ApiKeyError as error:
+        raise CommandError(str(error)) from None
+    print(f"key (give it to the client; it is not stored anywhere): {minted.key}")
+    print(f"key file line (append it to LONGHAUL_API_KEY_FILE, then restart the gateways): {minted.line}")
     return 0
 
 

@@ -8,9 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.api_keys import parse_pairs
+from api.overload import DEFAULT_LIMIT
 from projections.subjects import server_urls
 from store.retention import parse_key
 from workers.webhook_signing import secret_key
@@ -117,6 +119,25 @@ class Settings(BaseSettings):
     webhook_concurrency: int = Field(
         default=128, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
     )
+    api_keys: SecretStr | None = Field(
+        default=None,
+        description=(
+            "API keys in the clear as tenant=key pairs, comma-separated (development and tests; in"
+            " production use LONGHAUL_API_KEY_FILE). No keys at all: one open dev tenant."
+        ),
+    )
+    api_key_file: Path | None = Field(
+        default=None,
+        description=(
+            "File of accepted API keys, one 'KEY_ID TENANT sha256:HEX' line each (digests only;"
+            " `longhaul keys new TENANT` prints a line). Read at start."
+        ),
+    )
+    max_in_flight: int = Field(
+        default=DEFAULT_LIMIT,
+        ge=1,
+        description="Requests one gateway has in flight before it answers 429 with Retry-After.",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
@@ -147,6 +168,14 @@ class Settings(BaseSettings):
     def _check_token(cls, value: str) -> str:
         if not value or any(c in value for c in " *>\t"):
             raise ValueError("must be non-empty and contain no spaces, '*' or '>'")
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        parse_pairs(value.get_secret_value())
         return value
 
     @field_validator("webhook_secret")

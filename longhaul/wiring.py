@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from api.api_keys import ApiKeyError, KeyRing, parse_key_file, parse_pairs
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
@@ -29,6 +30,31 @@ class ConfigurationError(Exception):
     """The settings name something that cannot be built; the message says what and how to fix it."""
 
 
+def key_ring(settings: Settings) -> KeyRing | None:
+    """The API keys of ``LONGHAUL_API_KEYS`` and ``LONGHAUL_API_KEY_FILE`` together; None if neither.
+
+    The key file is read now: a missing file or a bad line stops the start with its path and
+    line number.
+    """
+    keys = parse_pairs(settings.api_keys.get_secret_value()) if settings.api_keys is not None else []
+    path = settings.api_key_file
+    if path is not None:
+        try:
+            keys += parse_key_file(path.read_text())
+        except OSError as error:
+            raise ConfigurationError(f"LONGHAUL_API_KEY_FILE {path}: {error.strerror or error}") from None
+        except (ApiKeyError, UnicodeDecodeError) as error:
+            raise ConfigurationError(f"LONGHAUL_API_KEY_FILE {path}: {error}") from None
+        if not keys:  # an empty file must not open the gateway to everyone
+            raise ConfigurationError(f"LONGHAUL_API_KEY_FILE {path} holds no keys")
+    if not keys:
+        return None
+    try:
+        return KeyRing(keys)
+    except ApiKeyError as error:
+        raise ConfigurationError(f"API keys (LONGHAUL_API_KEYS, LONGHAUL_API_KEY_FILE): {error}") from None
+
+
 def system_clock(settings: Settings) -> Clock:
     """The wall clock, moved by ``LONGHAUL_CLOCK_OFFSET_SECONDS`` (drills and tests only)."""
     offset = timedelta(seconds=settings.clock_offset_seconds)
@@ -40,7 +66,7 @@ def system_clock(settings: Settings) -> Clock:
 
 
 def store_config(
-    settings: Settings, *, pool_size: int = 5, cache_size: int = 0
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
 ) -> StoreConfig | MemoryConfig:
     """Where the event store lives: ``LONGHAUL_STORE`` chooses PostgreSQL or this process's memory."""
     if settings.store == "memory":
@@ -55,12 +81,17 @@ def store_config(
         pool_size=pool_size,
         max_overflow=pool_size,
         cache_size=cache_size,
+        pre_ping=pre_ping,
     )
 
 
-def build_store(settings: Settings, *, pool_size: int = 5, cache_size: int = 0) -> TaskApplication:
+def build_store(
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
+) -> TaskApplication:
     """Open the event store (on PostgreSQL, creating or migrating its tables first)."""
-    return TaskApplication(store_config(settings, pool_size=pool_size, cache_size=cache_size))
+    return TaskApplication(
+        store_config(settings, pool_size=pool_size, cache_size=cache_size, pre_ping=pre_ping)
+    )
 
 
 def nats_names(settings: Settings) -> NatsNames:

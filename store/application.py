@@ -258,6 +258,13 @@ class TaskApplication(Application[UUID]):
 
         ``push_config`` (with its ``id``) is registered, or replaced, in the same commit.
 
+        A resend of an answer the task received before (the same message: ``messageId``, parts
+        and all) appends nothing and returns the task as it is now, whatever its state; a resent
+        ``push_config`` is not applied (the first send's commit registered it). The same
+        ``messageId`` with other content is a new answer: the A2A TCK reuses one id for a
+        task's first message and its answers. The first message itself is never taken for an
+        answer (ADR 0019).
+
         Raises:
             TaskNotFoundError: See ``get_visible``.
             ContextMismatchError: ``message`` names another context than the task's.
@@ -265,8 +272,10 @@ class TaskApplication(Application[UUID]):
             AnswerTooLateError: The pause's deadline passed.
             TaskTerminalError: The task ended (terminal tasks are immutable).
         """
+        resent = False
 
         def receive(task: Task, now: datetime) -> None:
+            nonlocal resent
             context_id = message.get("contextId")
             if context_id is not None and context_id != task.context_id:
                 raise ContextMismatchError(
@@ -274,6 +283,9 @@ class TaskApplication(Application[UUID]):
                     f"({task.context_id!r})"
                 )
             answer = {**message, "taskId": str(task.id), "contextId": task.context_id}
+            resent = answer in task.history[1:]  # [0] is the first message: never an answer
+            if resent:
+                return
             try:
                 task.receive_input(now=now, message=answer)
             except NotPausedError:
@@ -284,7 +296,12 @@ class TaskApplication(Application[UUID]):
                 _set_push_config(task, now, push_config)
 
         task = self._run(receive, task_id, tenant=tenant, clock=clock)
-        _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
+        if resent:
+            _lifecycle(
+                task, "answer %r resent: it was received before; nothing appended", message["messageId"]
+            )
+        else:
+            _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
         return task
 
     def cancel(self, task_id: UUID, *, tenant: str, clock: Clock) -> Task:

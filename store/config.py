@@ -27,6 +27,11 @@ class StoreConfig:
     max_overflow: int = 10
     lock_timeout_s: int = 5
     cache_size: int = 0
+    pre_ping: bool = True
+    """Check each pooled connection with a round trip before lending it (``POSTGRES_PRE_PING``).
+
+    Off for a process whose every step waits on the pool and that starts over by itself when a
+    connection turns out dead (the relay, the dispatcher: ADR 0021); on for the others."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ def postgres_env(config: StoreConfig) -> dict[str, str]:
         "POSTGRES_MAX_OVERFLOW": str(config.max_overflow),
         "POSTGRES_LOCK_TIMEOUT": str(config.lock_timeout_s),
         "POSTGRES_CONNECT_TIMEOUT": "10",
-        "POSTGRES_PRE_PING": "y",
+        "POSTGRES_PRE_PING": "y" if config.pre_ping else "n",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
     if config.cache_size:

@@ -170,51 +170,46 @@ class DeliveryRecorder:
         """
         if not deliveries:
             return Recorded(new=0, claimed=[], waiting=set())
-        async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            await cursor.execute(
-                sql.SQL(
-                    "SELECT DISTINCT task_id, config_id FROM {} WHERE state = 'pending' AND task_id = ANY(%s)"
-                ).format(self._deliveries),
-                (list({d.task_id for d in deliveries}),),
-            )
-            busy = {(row[0], row[1]) for row in await cursor.fetchall()}
-            behind = set(busy)
-            heads: set[str] = set()
-            lanes: set[tuple[UUID, str]] = set()
-            for d in deliveries:
-                lane = (d.task_id, d.config_id)
-                if lane in lanes:
-                    heads.add(d.webhook_id)  # behind the lane's head, claimed with it
-                elif lane not in busy:
-                    busy.add(lane)
-                    if claim_limit is None or len(lanes) < claim_limit:
-                        lanes.add(lane)
-                        heads.add(d.webhook_id)
-            columns = list(
-                zip(
-                    *(_insert_row(d, claimant if d.webhook_id in heads else None) for d in deliveries),
-                    strict=True,
-                )
-            )
-            until = now + lease
-            await cursor.execute(
-                sql.SQL(
-                    "INSERT INTO {} (webhook_id, task_id, tenant, version, event_type, event_time, config_id,"
-                    " url, body, created_at, next_attempt_at, claimed_by, claimed_until)"
-                    " SELECT w, t, tn, v, et, tm, c, u, b, %s, %s, cb, CASE WHEN cb IS NULL THEN NULL ELSE"
-                    " %s::timestamptz END FROM unnest(%s::text[], %s::uuid[], %s::text[], %s::bigint[],"
-                    " %s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[])"
-                    " AS x(w, t, tn, v, et, tm, c, u, b, cb)"
-                    " ON CONFLICT DO NOTHING RETURNING " + _COLUMNS + ", claimed_by"
-                ).format(self._deliveries),
-                (now, now, until, *(list(column) for column in columns)),
-            )
+        # One statement, so one round trip and its own commit: the lanes that already have a
+        # pending delivery (``busy``, as the statement's snapshot sees the table), the other
+        # lanes in order of their first new delivery (the first ``claim_limit`` are claimed,
+        # every new delivery of theirs with them), the insert, and whether each inserted row's
+        # lane was busy (it waits behind that lane's head).
+        statement = sql.SQL(
+            "WITH x AS (SELECT * FROM unnest(%(w)s::text[], %(t)s::uuid[], %(tn)s::text[], %(v)s::bigint[],"
+            " %(et)s::text[], %(tm)s::timestamptz[], %(c)s::text[], %(u)s::text[], %(b)s::text[])"
+            " WITH ORDINALITY AS x(w, t, tn, v, et, tm, c, u, b, n)),"
+            " busy AS (SELECT DISTINCT task_id, config_id FROM {d} WHERE state = 'pending'"
+            "  AND task_id = ANY(%(t)s::uuid[])),"
+            " claimed AS (SELECT x.t, x.c, min(x.n) AS first FROM x WHERE NOT EXISTS (SELECT 1 FROM busy"
+            "  WHERE busy.task_id = x.t AND busy.config_id = x.c) GROUP BY x.t, x.c ORDER BY first"
+            "  LIMIT %(limit)s)"
+            " INSERT INTO {d} (webhook_id, task_id, tenant, version, event_type, event_time, config_id,"
+            " url, body, created_at, next_attempt_at, claimed_by, claimed_until)"
+            " SELECT x.w, x.t, x.tn, x.v, x.et, x.tm, x.c, x.u, x.b, %(now)s, %(now)s,"
+            " CASE WHEN k.t IS NULL THEN NULL ELSE %(me)s END,"
+            " CASE WHEN k.t IS NULL THEN NULL ELSE %(until)s::timestamptz END"
+            " FROM x LEFT JOIN claimed k ON k.t = x.t AND k.c = x.c ORDER BY x.n"
+            " ON CONFLICT DO NOTHING RETURNING " + _COLUMNS + ", claimed_by,"
+            " EXISTS (SELECT 1 FROM busy WHERE busy.task_id = {d}.task_id AND busy.config_id = {d}.config_id)"
+        ).format(d=self._deliveries)
+        w, t, tn, v, et, tm, c, u, b = (
+            list(column) for column in zip(*map(_insert_row, deliveries), strict=True)
+        )
+        params = {
+            "w": w, "t": t, "tn": tn, "v": v, "et": et, "tm": tm, "c": c, "u": u, "b": b,
+            "limit": claim_limit, "now": now, "me": claimant, "until": now + lease,
+        }  # fmt: skip
+        async with self._pool.connection() as conn, conn.cursor() as cursor:
+            await cursor.execute(statement, params)
             rows = await cursor.fetchall()
-        names = [*_COLUMNS.split(", "), "claimed_by"]
+        names = [*_COLUMNS.split(", "), "claimed_by", "behind"]
         inserted = [dict(zip(names, row, strict=True)) for row in rows]
-        waiting = {(r["task_id"], r["config_id"]) for r in inserted if not r["claimed_by"]} & behind
+        waiting = {(r["task_id"], r["config_id"]) for r in inserted if not r["claimed_by"] and r["behind"]}
         claimed = [
-            _delivery({k: v for k, v in r.items() if k != "claimed_by"}) for r in inserted if r["claimed_by"]
+            _delivery({k: v for k, v in r.items() if k not in {"claimed_by", "behind"}})
+            for r in inserted
+            if r["claimed_by"]
         ]
         return Recorded(new=len(inserted), claimed=sorted(claimed, key=lambda d: d.version), waiting=waiting)
 
@@ -487,7 +482,7 @@ def _columns(rows: Any) -> tuple[list[Any], ...]:
     return tuple(list(column) for column in zip(*listed, strict=True))
 
 
-def _insert_row(delivery: NewDelivery, claimant: str | None) -> tuple[Any, ...]:
+def _insert_row(delivery: NewDelivery) -> tuple[Any, ...]:
     d = delivery
     return (
         d.webhook_id,
@@ -499,7 +494,6 @@ def _insert_row(delivery: NewDelivery, claimant: str | None) -> tuple[Any, ...]:
         d.config_id,
         d.url,
         d.body,
-        claimant,
     )
 
 

@@ -9,6 +9,15 @@ JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay tha
 publishing and before saving its position republishes duplicates that JetStream drops. Only one
 relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
 
+A batch's publishes are pipelined (``workers.jetstream_publish``, up to ``PIPELINE`` in flight,
+all acknowledged before the position is saved), each carrying ``Nats-Expected-Last-Sequence``:
+the stream sequence its predecessor gets. The stream stores a message only right after the one
+before it, so a publish that fails takes every later one in flight down with it; the relay then
+starts over from its saved position. After a start, the relay publishes one at a time (no
+expectation) until JetStream stores one that is not a duplicate: what a relay stored before it
+stopped is a prefix of what it publishes again, and JetStream checks the expected sequence
+before it looks for duplicates. The stream so holds the log's order whatever fails (ADR 0021).
+
 The relay needs a store on PostgreSQL (its position table, created by the schema migrations,
 and its leadership lock live there): over an in-memory store it refuses to start.
 """
@@ -29,7 +38,7 @@ from uuid import UUID
 import nats
 import psycopg
 from eventsourcing.persistence import Tracking
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
@@ -41,6 +50,7 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 from store.locks import advisory_key
 from store.retry import RESTART_POLICY
+from workers.jetstream_publish import Pipelined
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +60,11 @@ DUPLICATE_WINDOW_S = 600.0
 NATS_CONNECT_S = 10.0
 KNOWN_TENANTS = 100_000
 """Tasks whose tenant the relay remembers (a task's tenant never changes; forgotten ones are read)."""
+PIPELINE = 256
+"""Publishes in flight at once (a batch of the log is at most ``log_follower.BATCH``)."""
+PUBLISH_TIMEOUT_S = 5.0
+"""How long a batch's acknowledgements may take (nats-py's own timeout) before the relay starts over."""
+EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 """NATS's default ``max_payload``; the relay reads the server's own figure when it connects."""
 
@@ -138,6 +153,8 @@ class Relay:
         self.referenced = 0
         self.max_payload = DEFAULT_MAX_PAYLOAD
         self._tenants: OrderedDict[UUID, str] = OrderedDict()
+        self._last_seq: int | None = None
+        """The stream sequence of the last message acknowledged on this connection (unknown: None)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set: wait to lead, relay, and start over after any failure.
@@ -179,23 +196,38 @@ class Relay:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         nc = await asyncio.wait_for(nats.connect(self.names.urls, max_reconnect_attempts=-1), NATS_CONNECT_S)
         self.max_payload = nc.max_payload
+        self._last_seq = None
+        pipeline = Pipelined(nc, PIPELINE)
         try:
             js = nc.jetstream()
             await ensure_stream(js, self.names, self.limits)
+            await pipeline.start()
             position = await self._position(conn)
             async with LogFollower(self.store, after=position) as follower:
                 while not stop.is_set():
                     batch = await follower.next_batch(IDLE_WAIT_S, stop)
                     if batch:
-                        await self.publish(js, conn, batch)
+                        await self.publish(js, pipeline, conn, batch)
         finally:
+            await pipeline.close()
             await nc.close()
 
     async def publish(
-        self, js: Any, conn: psycopg.AsyncConnection[Any], batch: Sequence[tuple[Any, Tracking]]
+        self,
+        js: Any,
+        pipeline: Pipelined,
+        conn: psycopg.AsyncConnection[Any],
+        batch: Sequence[tuple[Any, Tracking]],
     ) -> int:
-        """Publish ``batch`` (events in log order) one at a time, then save its last position."""
+        """Publish ``batch`` (events in log order), pipelined, then save its last position.
+
+        Until JetStream has stored a message of this connection that was no duplicate, each
+        publish goes alone and is awaited (``js``); from then on each expects the stream's last
+        sequence to be its predecessor's (``pipeline``), so none is stored out of order. Any
+        failure raises, and the relay starts over.
+        """
         tenants = await self._tenants_of(batch)
+        acks: list[asyncio.Future[PubAck]] = []
         for event, tracking in batch:
             position = tracking.notification_id
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
@@ -206,11 +238,25 @@ class Relay:
                 "Longhaul-Version": str(event.originator_version),
                 "Longhaul-Type": type(event).__name__,
             }
+            if self._last_seq is not None:
+                headers[EXPECTED_LAST_SEQUENCE] = str(self._last_seq + len(acks))
             payload = self._payload(position, tenant, event, headers)
             subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
-            # One at a time, each acknowledged before the next: a failed publish is retried
-            # before anything after it reaches the stream, so the stream keeps commit order.
-            await js.publish(subject, payload, headers=headers)
+            if self._last_seq is None:
+                ack = await js.publish(subject, payload, headers=headers, timeout=PUBLISH_TIMEOUT_S)
+                if not ack.duplicate:
+                    self._last_seq = ack.seq
+                continue
+            acks.append(await pipeline.publish(subject, payload, headers))
+        if acks:
+            try:
+                done = await asyncio.wait_for(asyncio.gather(*acks), PUBLISH_TIMEOUT_S)
+            except BaseException:
+                self._last_seq = None
+                for ack in acks:
+                    ack.cancel()
+                raise
+            self._last_seq = done[-1].seq
         position = batch[-1][1].notification_id
         await conn.execute(
             sql.SQL(

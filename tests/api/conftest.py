@@ -53,6 +53,7 @@ def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar
             "clock": clock,
             "default_skill": "echo",
             "max_pause": timedelta(days=7),
+            "retention": timedelta(days=30),
             "public_url": PUBLIC_URL,
             "blocking_timeout_s": 10.0,
         }

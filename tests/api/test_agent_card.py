@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Callable
+from datetime import timedelta
 
-from tests.api.support import PUBLIC_URL
+import httpx
+from litestar import Litestar
+
+from api.agent_card import DURABILITY_EXTENSION
+from tests.api.support import PUBLIC_URL, http_client
 
 
 async def test_card_declares_the_jsonrpc_interface_and_capabilities(client: httpx.AsyncClient) -> None:
@@ -19,7 +24,13 @@ async def test_card_declares_the_jsonrpc_interface_and_capabilities(client: http
     assert card["supportedInterfaces"] == [
         {"url": f"{PUBLIC_URL}/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]
-    assert card["capabilities"] == {"streaming": False, "pushNotifications": True}
+    capabilities = card["capabilities"]
+    assert {k: v for k, v in capabilities.items() if k != "extensions"} == {
+        "streaming": False,
+        "pushNotifications": True,
+        "extendedAgentCard": False,
+    }
+    assert [e["uri"] for e in capabilities["extensions"]] == [DURABILITY_EXTENSION]
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
     assert card["defaultOutputModes"] == ["text/plain", "application/json"]
 
@@ -48,3 +59,21 @@ async def test_card_sends_cache_validators_and_answers_304_when_unchanged(client
     other = await client.get("/.well-known/agent-card.json", headers={"If-None-Match": '"stale"'})
     assert other.status_code == 200
     assert other.json() == first.json()
+
+
+async def test_the_durability_extension_carries_the_figures_the_app_was_given(
+    make_app: Callable[..., Litestar],
+) -> None:
+    app = make_app(retention=timedelta(days=2, minutes=30), max_pause=timedelta(hours=36))
+    async with http_client(app) as http:
+        card = (await http.get("/.well-known/agent-card.json")).json()
+
+    (extension,) = card["capabilities"]["extensions"]
+    assert extension["uri"] == DURABILITY_EXTENSION
+    assert extension["required"] is False
+    params = extension["params"]
+    assert (params["retention"], params["retentionSeconds"]) == ("P2DT30M", 2 * 86400 + 1800)
+    assert (params["maxPause"], params["maxPauseSeconds"]) == ("P1DT12H", 36 * 3600)
+    assert params["retentionOverridden"] is False
+    assert params["streamResume"] is False  # no streams are served yet
+    assert params["skillVersions"] == {"echo": [1, 2], "research": [1]}

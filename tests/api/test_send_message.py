@@ -279,18 +279,90 @@ class TestFollowUp:
 
         assert response["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
-    async def test_answers_are_not_deduplicated_by_message_id(
+    async def test_a_reused_message_id_with_new_content_is_a_new_answer(
         self, rpc: Rpc, advance: Advance, store: TaskApplication
     ) -> None:
+        # The A2A TCK sends a task's first message and both its answers with one messageId.
         task = await self._paused(rpc, advance, message_id="reused")
         task_id = UUID(task["id"])
 
-        await rpc("SendMessage", {"message": user_message(message_id="reused", taskId=task["id"]), **_now()})
-        await asyncio.to_thread(advance.ask, task_id)
-        await rpc("SendMessage", {"message": user_message(message_id="reused", taskId=task["id"]), **_now()})
+        for text in ["answer 1", "answer 2"]:
+            answer = user_message(text, message_id="reused", taskId=task["id"])
+            response = await rpc("SendMessage", {"message": answer, **_now()})
+            assert response["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+            await asyncio.to_thread(advance.ask, task_id)
 
         history = store.get(task_id).history
-        assert [m["messageId"] for m in history if m["role"] == "ROLE_USER"] == ["reused"] * 3
+        assert [m["parts"][0]["text"] for m in history if m["role"] == "ROLE_USER"] == [
+            "hello",
+            "answer 1",
+            "answer 2",
+        ]
+        assert _count(store, task_id, "InputReceived") == 2
+
+    async def test_the_first_message_sent_again_with_its_task_id_is_an_answer(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
+        first = user_message("hello", message_id="first")
+        task = await self._paused(rpc, advance, message_id="first")
+
+        response = await rpc("SendMessage", {"message": {**first, "taskId": task["id"]}, **_now()})
+
+        assert response["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+        assert _count(store, UUID(task["id"]), "InputReceived") == 1
+
+    async def _answered(self, rpc: Rpc, advance: Advance) -> tuple[JSON, JSON, JSON]:
+        """A paused task answered once: the task as sent, the answer, and the answer's result."""
+        task = await self._paused(rpc, advance)
+        answer = user_message("yes", message_id="answer-1", taskId=task["id"])
+        result = (await rpc("SendMessage", {"message": answer, **_now()}))["result"]["task"]
+        return task, answer, result
+
+    async def test_a_resent_answer_returns_the_task_and_appends_nothing(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
+        task, answer, first = await self._answered(rpc, advance)
+        task_id = UUID(task["id"])
+        before = log_position(store)
+
+        again = await rpc("SendMessage", {"message": {**answer, "contextId": task["contextId"]}, **_now()})
+
+        assert again["result"]["task"] == first
+        assert log_position(store) == before
+        assert _count(store, task_id, "InputReceived") == 1
+
+    async def test_a_resent_answer_after_the_task_paused_again_or_ended_appends_nothing(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
+        task, answer, _ = await self._answered(rpc, advance)
+        task_id = UUID(task["id"])
+        await asyncio.to_thread(advance.ask, task_id, "and the second question?")
+
+        paused = await rpc("SendMessage", {"message": answer, **_now()})
+
+        assert paused["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert _count(store, task_id, "InputReceived") == 1
+        second = user_message("no", message_id="answer-2", taskId=task["id"])
+        await rpc("SendMessage", {"message": second, **_now()})
+        await asyncio.to_thread(advance.complete, task_id)
+        before = log_position(store)
+        for resent in [answer, second]:
+            ended = await rpc("SendMessage", {"message": resent, **_now()})
+            assert ended["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert log_position(store) == before
+        assert _count(store, task_id, "InputReceived") == 2
+
+    @pytest.mark.postgres  # the race is decided by PostgreSQL's primary key
+    async def test_concurrent_resends_of_an_answer_append_it_once(
+        self, rpc: Rpc, advance: Advance, store: TaskApplication
+    ) -> None:
+        task = await self._paused(rpc, advance)
+        answer = user_message("yes", message_id="answer-race", taskId=task["id"])
+
+        answers = await asyncio.gather(*[rpc("SendMessage", {"message": answer, **_now()}) for _ in range(6)])
+
+        assert all("result" in response for response in answers), answers
+        assert _count(store, UUID(task["id"]), "InputReceived") == 1
 
     async def test_an_unknown_task_is_task_not_found(self, rpc: Rpc, store: TaskApplication) -> None:
         for task_id in [str(task_id_for("never-sent")), "not-a-uuid", str(task_id_for("x")).upper()]:
@@ -415,3 +487,8 @@ def _race_once(store: TaskApplication, monkeypatch: pytest.MonkeyPatch, task_id:
         return original(*tasks)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store, "save_tasks", save_tasks)
+
+
+def _count(store: TaskApplication, task_id: UUID, event: str) -> int:
+    """How many events of type ``event`` the task's log holds."""
+    return sum(type(e).__name__ == event for e in store.history(task_id))

@@ -312,7 +312,8 @@ async def test_nothing_to_revoke_needs_no_approval(kit: SkillKit) -> None:
     ("params", "complaint"),
     [
         ({"systems": 0}, "systems must be"),
-        ({"systems": "40"}, "systems must be"),
+        ({"systems": "forty"}, "systems must be"),
+        ({"systems": 40.5}, "systems must be"),
         ({"revocations": -1}, "revocations must be"),
         ({"fetch_delay_ms": True}, "fetch_delay_ms must be"),
         ({"fail_after_revocations": 1.5}, "fail_after_revocations must be"),
@@ -353,6 +354,7 @@ def test_builtin_skills_register_together() -> None:
     assert [(s.name, s.version) for s in registry.all()] == [
         ("access-review", 1),
         ("conformance", 1),
+        ("conformance", 2),
         ("echo", 1),
         ("research", 1),
     ]

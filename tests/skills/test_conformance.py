@@ -1,4 +1,7 @@
-"""conformance: the TCK's messageId prefixes, longest first (on the real runtime in memory)."""
+"""conformance: the TCK's messageId prefixes, longest first (on the real runtime in memory).
+
+New tasks run version 2, which acts on every message's prefix; version 1 stays runnable.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +14,19 @@ import pytest
 from domain.states import TaskState
 from domain.task import Task
 from longhaul.testing import SkillKit, artifact_text, message_text
-from workers.skills.conformance import conformance_skill, scenario_of
+from workers.skills.conformance import conformance_skills, scenario_of
 
 SESSION = "0a1b2c3d"
 
 
 @pytest.fixture
 def kit() -> Iterator[SkillKit]:
-    with SkillKit(conformance_skill(resubscribe_hold_s=0.01, delayed_s=0.01)) as kit:
+    with SkillKit(*conformance_skills(resubscribe_hold_s=0.01, delayed_s=0.01)) as kit:
         yield kit
 
 
-def start(kit: SkillKit, prefix: str) -> UUID:
-    return kit.submit("conformance", text="hi", message_id=f"{prefix}-{SESSION}")
+def start(kit: SkillKit, prefix: str, version: int | None = None) -> UUID:
+    return kit.submit("conformance", text="hi", message_id=f"{prefix}-{SESSION}", version=version)
 
 
 def only_part(task: Task) -> dict[str, object]:
@@ -79,11 +82,50 @@ async def test_data_artifact(kit: SkillKit) -> None:
     assert only_part(task) == {"data": {"key": "value", "count": 42}}
 
 
-async def test_input_required_then_completes_on_the_follow_up(kit: SkillKit) -> None:
+async def test_each_answer_acts_on_its_own_prefix_as_the_tck_history_tests_send_them(
+    kit: SkillKit,
+) -> None:
     task_id = start(kit, "tck-input-required")
     task = await kit.run(task_id)
+    assert task.skill_version == 2
     assert task.state == TaskState.INPUT_REQUIRED
     assert message_text(task.status_message) == "Input required"
+
+    for text in ["TCK history message 1", "TCK history message 2"]:
+        kit.answer(task_id, text=text, message_id=f"tck-input-required-{SESSION}")
+        task = await kit.run(task_id)
+        assert task.state == TaskState.INPUT_REQUIRED, text
+
+    kit.answer(task_id, text="done", message_id=f"tck-complete-task-{SESSION}")
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    assert message_text(task.status_message) == "Hello from TCK"
+    users = [m for m in task.history if m["role"] == "ROLE_USER"]
+    assert [message_text(m) for m in users] == [
+        "hi",
+        "TCK history message 1",
+        "TCK history message 2",
+        "done",
+    ]
+
+
+async def test_an_answer_of_another_scenario_runs_that_scenario(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-input-required")
+    await kit.run(task_id)
+
+    kit.answer(task_id, text="go", message_id=f"tck-artifact-text-{SESSION}")
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    assert only_part(task) == {"text": "Generated text content"}
+
+
+async def test_version_1_still_completes_any_answer_with_what_it_received(kit: SkillKit) -> None:
+    task_id = start(kit, "tck-input-required", version=1)
+    task = await kit.run(task_id)
+    assert task.skill_version == 1
+    assert task.state == TaskState.INPUT_REQUIRED
 
     kit.answer(task_id, text="more", message_id=f"tck-input-required-{SESSION}")
     task = await kit.run(task_id)
@@ -186,3 +228,12 @@ def test_longest_prefix_first() -> None:
     assert scenario_of("tck-stream-artifact-file-1") == "tck-stream-artifact-file"
     assert scenario_of("tck-stream-artifact-chunked-1") == "tck-stream-artifact-chunked"
     assert scenario_of("nope") == ""
+
+
+def test_only_the_message_response_scenario_answers_with_a_message() -> None:
+    skill = conformance_skills()[-1]
+    assert skill.version == 2
+    assert skill.answers_with_message({"messageId": f"tck-message-response-{SESSION}"})
+    for prefix in ["tck-complete-task", "tck-artifact-text", "tck-input-required", "tck-message", "x"]:
+        assert not skill.answers_with_message({"messageId": f"{prefix}-{SESSION}"}), prefix
+    assert not skill.answers_with_message({})

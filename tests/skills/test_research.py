@@ -149,7 +149,9 @@ async def test_an_answer_without_a_key_fails_clearly(kit: SkillKit) -> None:
     assert chunks(kit, task_id) == []
 
 
-@pytest.mark.parametrize("params", [{"chunks": 0}, {"chunks": "5"}, {"chunk_delay_ms": -1}])
+@pytest.mark.parametrize(
+    "params", [{"chunks": 0}, {"chunks": "five"}, {"chunks": 5.5}, {"chunks": True}, {"chunk_delay_ms": -1}]
+)
 async def test_bad_parameters_are_rejected(kit: SkillKit, params: dict[str, Any]) -> None:
     task = await kit.run(start(kit, **params))
 

@@ -304,3 +304,42 @@ async def _until_published(relay: Relay, count: int) -> None:
             return
         await asyncio.sleep(0.025)
     pytest.fail(f"the relay published {relay.published} of {count} events")
+
+
+async def test_a_rejected_publish_takes_the_later_ones_in_flight_with_it(
+    store: TaskApplication, names: NatsNames, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Publishes are pipelined: the stream refuses one in the middle of a batch, and none after it gets in.
+
+    The stream's ``max_msg_size`` refuses the third of five events (a big one). The two before
+    it are stored; the two after it were already in flight, and their expected last sequence no
+    longer holds, so they are refused too. Once the limit is lifted the relay, starting over
+    from its saved position, publishes the rest: every event once, in log order.
+    """
+    await js.add_stream(
+        name=names.stream, subjects=[names.all_subjects], duplicate_window=600, max_msg_size=4000
+    )
+    now = datetime.now(UTC)
+    _task_with_events(store)
+    _submitted_with_text(store, "x" * 8000, now=now)
+    _task_with_events(store)
+    relay = Relay(store=store, names=names)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="workers.relay"):
+        running = asyncio.ensure_future(relay.run(stop))
+        try:
+            for _ in range(400):
+                if "relay failed" in caplog.text:
+                    break
+                await asyncio.sleep(0.025)
+            assert "relay failed" in caplog.text
+            assert [m["position"] for m in await _stream_messages(js, names)] == [1, 2]  # nothing after 3
+            config = (await js.stream_info(names.stream)).config
+            await js.update_stream(dataclasses.replace(config, max_msg_size=-1))
+            await _until_published(relay, 5)
+        finally:
+            stop.set()
+            await running
+    messages = await _stream_messages(js, names)
+    assert [m["position"] for m in messages] == [1, 2, 3, 4, 5]
+    assert messages[2]["body"]["message"]["parts"][0]["text"] == "x" * 8000

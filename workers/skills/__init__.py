@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from domain.skill import Skill
 from workers.skills.access_review import access_review_skill
-from workers.skills.conformance import conformance_skill
+from workers.skills.conformance import conformance_skills
 from workers.skills.echo import ECHO
 from workers.skills.research import RESEARCH
 
 
 def builtin_skills(iam_url: str | None) -> list[Skill]:
     """Every built-in skill; ``access-review`` calls the IAM at ``iam_url`` (``LONGHAUL_IAM_URL``)."""
-    return [ECHO, access_review_skill(iam_url), RESEARCH, conformance_skill()]
+    return [ECHO, access_review_skill(iam_url), RESEARCH, *conformance_skills()]
 
 
 __all__ = ["builtin_skills"]

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from domain.skill import AskInput, Complete, Continue, Fail, Reject, Skill, StepContext, StepOutcome
-from workers.skills.parts import first_data, is_int, is_number, text_artifact
+from workers.skills.parts import as_bool, as_int, as_number, first_data, text_artifact
 
 JSON = dict[str, Any]
 
@@ -62,30 +62,40 @@ class SimulatedNetworkError(ConnectionError):
 
 
 def parse_plan(params: JSON) -> JSON | str:
-    """The validated parameters with their defaults, or a sentence saying what is wrong."""
-    plan = {name: params.get(name, default) for name, default in DEFAULTS.items()}
-    systems, delay, revocations = plan["systems"], plan["fetch_delay_ms"], plan["revocations"]
-    failing, deadline = plan["fail_after_revocations"], plan["approval_deadline_s"]
-    if not is_int(systems) or not 1 <= systems <= MAX_SYSTEMS:
-        return f"systems must be an integer from 1 to {MAX_SYSTEMS}, not {systems!r}"
-    if not is_number(delay) or delay < 0:
-        return f"fetch_delay_ms must be a number of milliseconds >= 0, not {delay!r}"
-    if not is_int(revocations) or revocations < 0:
-        return f"revocations must be an integer >= 0, not {revocations!r}"
-    if failing is not None and (not is_int(failing) or failing < 0):
-        return f"fail_after_revocations must be an integer >= 0 or null, not {failing!r}"
-    if deadline is not None and (not is_number(deadline) or deadline <= 0):
-        return f"approval_deadline_s must be a number of seconds > 0 or null, not {deadline!r}"
-    return plan
+    """The validated parameters with their defaults, or a sentence saying what is wrong.
+
+    Values are read as ProtoJSON gives them (``workers.skills.parts.as_int``): ``3.0`` and ``"3"``
+    are the integer 3, ``true`` is not; the plan holds the values as read.
+    """
+    given = {name: params.get(name, default) for name, default in DEFAULTS.items()}
+    systems, delay = as_int(given["systems"]), as_number(given["fetch_delay_ms"])
+    revocations = as_int(given["revocations"])
+    given_failing, given_deadline = given["fail_after_revocations"], given["approval_deadline_s"]
+    failing = None if given_failing is None else as_int(given_failing)
+    deadline = None if given_deadline is None else as_number(given_deadline)
+    if systems is None or not 1 <= systems <= MAX_SYSTEMS:
+        return f"systems must be an integer from 1 to {MAX_SYSTEMS}, not {given['systems']!r}"
+    if delay is None or delay < 0:
+        return f"fetch_delay_ms must be a number of milliseconds >= 0, not {given['fetch_delay_ms']!r}"
+    if revocations is None or revocations < 0:
+        return f"revocations must be an integer >= 0, not {given['revocations']!r}"
+    if given_failing is not None and (failing is None or failing < 0):
+        return f"fail_after_revocations must be an integer >= 0 or null, not {given_failing!r}"
+    if given_deadline is not None and (deadline is None or deadline <= 0):
+        return f"approval_deadline_s must be a number of seconds > 0 or null, not {given_deadline!r}"
+    return {
+        "systems": systems,
+        "fetch_delay_ms": delay,
+        "revocations": revocations,
+        "fail_after_revocations": failing,
+        "approval_deadline_s": deadline,
+    }
 
 
 def read_decision(message: JSON) -> bool | None:
     """The owners' decision in an answer: a data part ``{"approve": true|false}``; else ``None``."""
     data = first_data(message)
-    if data is None or not isinstance(data.get("approve"), bool):
-        return None
-    decision: bool = data["approve"]
-    return decision
+    return None if data is None else as_bool(data.get("approve"))
 
 
 def propose(grants: list[JSON], count: int) -> list[JSON]:

@@ -1,21 +1,28 @@
-"""``conformance``: the A2A TCK's test agent, driven by the first message's ``messageId`` prefix.
+"""``conformance``: the A2A TCK's test agent, driven by ``messageId`` prefixes.
 
 The TCK (a2aproject/a2a-tck, branch ``1.0-dev``) sends ids ``tck-<scenario>-<session>`` and expects
-the behaviour below (``reference/a2a-1.0.md`` §15). Prefixes match longest first, so
-``tck-artifact-file-url`` is not taken for ``tck-artifact-file``; an unknown id completes the task.
+the behaviour of its ``scenarios/*.feature`` (``reference/a2a-1.0.md`` §15). Prefixes match longest
+first, so ``tck-artifact-file-url`` is not taken for ``tck-artifact-file``; an unknown id completes
+the task with "Hello from TCK".
 
-Steps (v1): ``respond`` (everything), ``follow_up`` (only after ``tck-input-required`` is answered:
-completes with ``Received: <text>``). Checkpoint: ``{"scenario": prefix or "", "messageId": id}``,
-plus ``emitted`` while the chunked-stream scenario is between its two chunks.
+Version 2 (new tasks) acts on every message as the TCK's reference agent does: its one step
+``act`` reads the prefix of the *latest* message, so an answer to a paused task is a scenario of
+its own (``tck-input-required`` asks again, ``tck-complete-task`` completes: the TCK's history
+tests answer a paused task twice before completing it). Version 1 (kept for tasks pinned to it):
+``respond`` acts on the first message, ``follow_up`` completes any answer with ``Received: <text>``.
+Checkpoint: ``{"scenario": prefix or "", "messageId": id}``, plus ``emitted`` while the
+chunked-stream scenario is between its two chunks.
 
-Not covered: ``tck-message-response`` wants a direct Message instead of a task, which a durable
-runtime that always makes a task cannot give; it completes a task with that message instead.
+``tck-message-response`` wants a bare Message as the answer: the task runs and completes with
+"Direct message response" like any other, and the skill's ``answers_with_message`` makes its
+sends answer with that message instead of the task (ADR 0020).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 from typing import Any
 
 from domain.skill import AskInput, Complete, Reject, Skill, StepContext, StepOutcome
@@ -69,6 +76,11 @@ def scenario_of(message_id: str) -> str:
     return "tck-stream" if message_id.startswith("tck-stream-") else ""
 
 
+def answers_with_message(first_message: JSON) -> bool:
+    """Whether the task answers with a bare Message: only ``tck-message-response``."""
+    return scenario_of(str(first_message.get("messageId", ""))) == "tck-message-response"
+
+
 def _artifact(*parts: JSON) -> JSON:
     return {"artifactId": ARTIFACT_ID, "name": "tck-output", "parts": list(parts)}
 
@@ -103,26 +115,45 @@ class Conformance:
         self.resubscribe_hold_s = resubscribe_hold_s
         self.delayed_s = delayed_s
 
-    def skill(self) -> Skill:
-        """The skill, ``conformance`` v1."""
-        return Skill(
+    def skills(self) -> list[Skill]:
+        """``conformance`` v1 and v2 (the one new tasks start on)."""
+        first = Skill(
             name="conformance",
             version=1,
             steps=[self.respond, self.follow_up],
             description="The A2A TCK's test agent: behaves as the TCK's messageId prefixes ask.",
             tags=("tck", "conformance"),
+            answers_with_message=answers_with_message,
         )
+        return [first, dataclasses.replace(first, version=2, steps=[self.act])]
+
+    async def act(self, ctx: StepContext) -> StepOutcome:
+        """v2: act on the latest message's ``messageId``; ``tck-input-required`` asks (again)."""
+        message_id = str(ctx.latest_input.get("messageId") or "")
+        scenario = scenario_of(message_id)
+        if scenario == "tck-input-required":
+            return AskInput(question="Input required", checkpoint={}, repeat=True)
+        checkpoint = {**ctx.checkpoint, "scenario": scenario, "messageId": message_id}
+        return await self._run(ctx, scenario, checkpoint)
 
     async def respond(self, ctx: StepContext) -> StepOutcome:
-        """Act on the first message's ``messageId``."""
+        """v1: act on the first message's ``messageId``."""
         message_id = str(ctx.checkpoint.get("messageId") or ctx.latest_input.get("messageId") or "")
         scenario = scenario_of(message_id)
         checkpoint = {**ctx.checkpoint, "scenario": scenario, "messageId": message_id}
+        if scenario == "tck-input-required":
+            return AskInput(question="Input required", checkpoint=checkpoint)
+        return await self._run(ctx, scenario, checkpoint)
+
+    async def follow_up(self, ctx: StepContext) -> StepOutcome:
+        """v1: the answer to ``tck-input-required``: complete."""
+        return Complete(message=f"Received: {' '.join(texts_of(ctx.latest_input))}")
+
+    async def _run(self, ctx: StepContext, scenario: str, checkpoint: JSON) -> StepOutcome:
+        """Every scenario but ``tck-input-required``, to its end."""
         outcome = _immediate(scenario)
         if outcome is not None:
             return outcome
-        if scenario == "tck-input-required":
-            return AskInput(question="Input required", checkpoint=checkpoint)
         if scenario == "tck-delayed-complete":
             await asyncio.sleep(self.delayed_s)
             return Complete(message="Done after delay")
@@ -137,10 +168,6 @@ class Conformance:
         await ctx.emit_artifact(_artifact(part))
         return Complete()
 
-    async def follow_up(self, ctx: StepContext) -> StepOutcome:
-        """The answer to ``tck-input-required``: complete."""
-        return Complete(message=f"Received: {' '.join(texts_of(ctx.latest_input))}")
-
 
 async def _stream_chunks(ctx: StepContext, checkpoint: JSON) -> None:
     """``chunk-1 `` then ``chunk-2`` (append, last chunk), each committed with the count emitted."""
@@ -154,8 +181,8 @@ async def _stream_chunks(ctx: StepContext, checkpoint: JSON) -> None:
         )
 
 
-def conformance_skill(
+def conformance_skills(
     resubscribe_hold_s: float = RESUBSCRIBE_HOLD_S, delayed_s: float = DELAYED_COMPLETE_S
-) -> Skill:
-    """``conformance`` v1."""
-    return Conformance(resubscribe_hold_s, delayed_s).skill()
+) -> list[Skill]:
+    """``conformance`` v1 and v2."""
+    return Conformance(resubscribe_hold_s, delayed_s).skills()

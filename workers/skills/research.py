@@ -27,7 +27,7 @@ import asyncio
 from typing import Any
 
 from domain.skill import AskInput, Complete, Fail, Reject, Skill, StepContext, StepOutcome
-from workers.skills.parts import first_data, is_int, is_number, texts_of
+from workers.skills.parts import as_int, as_number, first_data, texts_of
 
 JSON = dict[str, Any]
 
@@ -64,12 +64,13 @@ def chunk_text(index: int, checkpoint: JSON) -> str:
 
 async def ask_for_key(ctx: StepContext) -> StepOutcome:
     """Fix the plan and ask for the paywalled source's API key."""
-    chunks = ctx.params.get("chunks", 5)
-    delay = ctx.params.get("chunk_delay_ms", 0)
-    if not is_int(chunks) or not 1 <= chunks <= MAX_CHUNKS:
-        return Reject(f"research: chunks must be an integer from 1 to {MAX_CHUNKS}, not {chunks!r}")
-    if not is_number(delay) or delay < 0:
-        return Reject(f"research: chunk_delay_ms must be a number of milliseconds >= 0, not {delay!r}")
+    given_chunks = ctx.params.get("chunks", 5)
+    given_delay = ctx.params.get("chunk_delay_ms", 0)
+    chunks, delay = as_int(given_chunks), as_number(given_delay)
+    if chunks is None or not 1 <= chunks <= MAX_CHUNKS:
+        return Reject(f"research: chunks must be an integer from 1 to {MAX_CHUNKS}, not {given_chunks!r}")
+    if delay is None or delay < 0:
+        return Reject(f"research: chunk_delay_ms must be a number of milliseconds >= 0, not {given_delay!r}")
     query = " ".join(texts_of(ctx.latest_input)).strip() or "the requested topic"
     checkpoint = {"query": query, "chunks": chunks, "chunk_delay_ms": delay}
     return AskInput(question=QUESTION, checkpoint=checkpoint, data={"answer": {"api_key": "string"}})

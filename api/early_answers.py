@@ -1,0 +1,43 @@
+"""Answers a middleware sends before any route handler runs (a missing key, too many requests).
+
+The body is in the binding of the path: a JSON-RPC error response (``id`` null: the body was
+not read) at the JSON-RPC endpoint, a ``google.rpc.Status`` everywhere else (HTTP+JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from litestar.types import Scope, Send
+
+from api.agent_card import JSONRPC_PATH
+from api.errors import A2AError
+
+STATUS_NAMES = {401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED"}
+"""The ``google.rpc.Code`` name of each HTTP status answered here."""
+
+
+def refusal_body(path: str, error: A2AError) -> dict[str, Any]:
+    """The body refusing a request to ``path`` with ``error``, in the path's binding."""
+    jsonrpc = error.to_jsonrpc()
+    if path.rstrip("/") == JSONRPC_PATH:
+        return {"jsonrpc": "2.0", "id": None, "error": jsonrpc}
+    return {
+        "error": {
+            "code": error.http_status,
+            "status": STATUS_NAMES[error.http_status],
+            "message": error.message,
+            "details": jsonrpc["data"],
+        }
+    }
+
+
+async def send_refusal(scope: Scope, send: Send, error: A2AError, headers: Mapping[str, str]) -> None:
+    """Answer the request of ``scope`` with ``error`` (its HTTP status) and ``headers``."""
+    body = json.dumps(refusal_body(scope["path"], error), separators=(",", ":")).encode()
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw_headers += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    await send({"type": "http.response.start", "status": error.http_status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
