@@ -14,10 +14,11 @@ card declares none. A case that needs the server's answer checks that it went ov
 
 The cases, by what the server needs for them (``-k`` expressions):
 
-- JSON-RPC without streams: ``-k "jsonrpc and not stream and not numeric"``.
-- HTTP+JSON: ``-k http_json`` (the card's HTTP+JSON interface and its routes).
+- JSON-RPC without streams: ``-k "jsonrpc and not stream"`` (ProtoJSON numbers for skill
+  parameters, the integer 3 sent as ``3.0``, are ``-k numeric``).
+- HTTP+JSON without streams: ``-k "http_json and not stream"`` (the card's HTTP+JSON interface and
+  its routes).
 - Streams (``SendStreamingMessage``, ``SubscribeToTask``; SSE on both bindings): ``-k stream``.
-- ProtoJSON numbers for skill parameters (the integer 3 sent as ``3.0``): ``-k numeric``.
 """
 
 from __future__ import annotations
