@@ -19,6 +19,7 @@ from domain.skill import Skill, SkillRegistry
 JSON = dict[str, Any]
 
 JSONRPC_PATH = "/a2a/jsonrpc"
+REST_PATH = "/a2a/rest"
 MEDIA_MODES = ["text/plain", "application/json"]
 CACHE_CONTROL = "public, max-age=300"
 
@@ -40,23 +41,21 @@ class CardDocument:
 
 
 def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
-    """The card: our JSON-RPC interface, capabilities and the newest version of every skill."""
+    """The card: our interfaces (JSON-RPC first), capabilities and the newest version of every skill."""
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
         newest[skill.name] = skill
+    base = public_url.rstrip("/")
     return {
         "name": "longhaul",
         "description": (
             "Durable runtime for long-running A2A tasks: every step is committed to an append-only "
             "log, so tasks survive restarts and pauses of several days."
         ),
-        "version": _package_version(),
+        "version": package_version(),
         "supportedInterfaces": [
-            {
-                "url": public_url.rstrip("/") + JSONRPC_PATH,
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": "1.0",
-            }
+            {"url": base + JSONRPC_PATH, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": base + REST_PATH, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         ],
         "capabilities": {"streaming": False, "pushNotifications": True},
         "defaultInputModes": list(MEDIA_MODES),
@@ -82,7 +81,8 @@ def _skill_entry(skill: Skill) -> JSON:
     }
 
 
-def _package_version() -> str:
+def package_version() -> str:
+    """The installed ``longhaul`` package's version."""
     try:
         return version("longhaul")
     except PackageNotFoundError:

@@ -1,4 +1,4 @@
-"""The Litestar gateway: the agent card and the A2A JSON-RPC endpoint.
+"""The Litestar gateway: the agent card and the A2A JSON-RPC and HTTP+JSON bindings.
 
 The app holds no task state: every request reads and appends through the event store, so any
 number of gateways can serve the same store.
@@ -8,32 +8,35 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.agent_card import (
     CACHE_CONTROL,
     JSONRPC_PATH,
+    REST_PATH,
     CardDocument,
     build_agent_card,
     card_document,
+    package_version,
 )
-from api.errors import InvalidRequestError, RequestTooLargeError
+from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body
+from api.errors import A2AError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
 from api.metrics import gateway_registry
+from api.rest import RestSettings, describe_routes, rest_router, route_error, route_verbs
 from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
 from projections.task_view import open_view
 from store.application import TaskApplication
-
-MAX_BODY_BYTES = 1024 * 1024
-"""Largest JSON-RPC request body accepted (1 MiB); a larger one gets an error, never a 500."""
 
 JSON_MEDIA_TYPE = "application/json"
 
@@ -48,17 +51,15 @@ def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
     return Response(content=card.body, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
-@post(JSONRPC_PATH, operation_id="jsonrpc", request_max_body_size=MAX_BODY_BYTES)
+@post(JSONRPC_PATH, operation_id="jsonrpc")
 async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
     """One A2A JSON-RPC call."""
     service: A2AService = request.app.state.service
+    rest: RestSettings = request.app.state.rest
     try:
-        body = await request.body()
-    except RequestEntityTooLarge:
-        too_large = RequestTooLargeError(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
-        return _respond(error_answer(too_large))
-    except ClientException as error:  # e.g. an invalid Content-Length
-        return _respond(error_answer(InvalidRequestError(f"unreadable request: {error.detail}")))
+        body = await read_body(request, limit=rest.max_body_bytes)
+    except A2AError as error:  # too large, or unreadable (an invalid Content-Length)
+        return _respond(error_answer(error))
     answer = await handle_jsonrpc(
         service,
         body=body,
@@ -93,6 +94,8 @@ def create_app(
     relay_stream: str | None = None,
     process_metrics: CollectorRegistry | None = None,
     allow_private_webhooks: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    rest_media_type: str = JSON_MEDIA_TYPE,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -104,6 +107,8 @@ def create_app(
     ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
     table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
     ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
+    ``max_body_bytes`` bounds a request body on both bindings; ``rest_media_type`` is the
+    Content-Type of the HTTP+JSON binding's answers.
     """
     service = A2AService(
         store=store,
@@ -117,8 +122,33 @@ def create_app(
     )
     card = card_document(build_agent_card(registry, public_url), modified=clock())
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
-    state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
+    rest = RestSettings(media_type=rest_media_type, max_body_bytes=max_body_bytes)
+    state = State(
+        {"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry, "rest": rest}
+    )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
-    return Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics], state=state, debug=False, logging_config=None
+    app = Litestar(
+        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router()],
+        state=state,
+        debug=False,
+        logging_config=None,
+        request_max_body_size=max_body_bytes,
+        exception_handlers={HTTPException: _http_error},
+        openapi_config=OpenAPIConfig(
+            title="longhaul", version=package_version(), path="/schema", render_plugins=[JsonRenderPlugin()]
+        ),
+    )
+    describe_routes(app)
+    app.asgi_handler = route_verbs(app.asgi_handler)
+    return app
+
+
+def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Response[Any]:
+    """Litestar's refusals (no such route, method not allowed): Status bodies on the HTTP+JSON binding."""
+    if request.url.path.startswith(REST_PATH + "/"):
+        return route_error(request, error)
+    return Response(
+        content={"status_code": error.status_code, "detail": error.detail},
+        status_code=error.status_code,
+        headers=error.headers,
     )

@@ -152,6 +152,8 @@ async def _gateway_app(
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
             process_metrics=worker_metrics.registry if worker_metrics is not None else None,
             allow_private_webhooks=settings.allow_private_webhooks,
+            max_body_bytes=settings.max_body_bytes,
+            rest_media_type=settings.rest_media_type,
         )
     finally:
         if feed is not None:

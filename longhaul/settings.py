@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.bodies import DEFAULT_MAX_BODY_BYTES
 from projections.subjects import server_urls
 from store.retention import parse_key
 from workers.webhook_signing import secret_key
@@ -116,6 +117,18 @@ class Settings(BaseSettings):
     )
     webhook_concurrency: int = Field(
         default=128, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body the gateway reads, on both bindings (larger: refused, HTTP 413).",
+    )
+    rest_media_type: Literal["application/json", "application/a2a+json"] = Field(
+        default="application/json",
+        description=(
+            "Content-Type of the HTTP+JSON binding's answers: application/json (what the A2A TCK"
+            " checks), or application/a2a+json (what A2A 1.0.1 recommends)."
+        ),
     )
     log_format: Literal["text", "json"] = Field(
         default="text",
