@@ -111,3 +111,52 @@ async def test_junk_gets_a_jsonrpc_error_and_changes_nothing(
     assert error["message"]
     assert error["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     assert log_position(store) == before
+
+
+REST_ROUTES = st.sampled_from(
+    [
+        ("POST", "/a2a/rest/message:send"),
+        ("POST", "/a2a/rest/acme/message:send"),
+        ("POST", "/a2a/rest/tasks/5a76c3b8-d2cc-5d9c-8ec0-fe5e8893c99a:cancel"),
+        ("POST", "/a2a/rest/tasks/x/pushNotificationConfigs"),
+        ("POST", "/a2a/rest/message:stream"),
+        ("GET", "/a2a/rest/tasks/x"),
+    ]
+)
+rest_bodies = (
+    st.binary(max_size=300)
+    | json_values.map(lambda value: json.dumps(value).encode())
+    | params.map(lambda document: json.dumps(document).encode())
+)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(route=REST_ROUTES, body=rest_bodies, content_type=content_types, version=versions)
+async def test_junk_gets_a_status_error_on_http_json_and_changes_nothing(
+    client: httpx.AsyncClient,
+    store: TaskApplication,
+    route: tuple[str, str],
+    body: bytes,
+    content_type: str,
+    version: str | None,
+) -> None:
+    before = log_position(store)
+    headers = {"Content-Type": content_type}
+    client.headers.pop("A2A-Version", None)
+    if version is not None:
+        headers["A2A-Version"] = version
+    method, path = route
+
+    response = await client.request(method, path, content=body, headers=headers)
+
+    assert 400 <= response.status_code < 500, response.text
+    error = response.json()["error"]
+    assert set(error) == {"code", "status", "message", "details"}, error
+    assert error["code"] == response.status_code
+    assert error["message"]
+    assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert log_position(store) == before
