@@ -14,7 +14,6 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.agent_card import (
@@ -30,7 +29,7 @@ from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body
 from api.errors import A2AError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
 from api.metrics import gateway_registry
-from api.rest import RestSettings, describe_routes, rest_router, route_error, route_verbs
+from api.rest import RestOpenAPI, RestSettings, rest_router, route_error, route_verbs
 from api.service import A2AService
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
@@ -135,10 +134,9 @@ def create_app(
         request_max_body_size=max_body_bytes,
         exception_handlers={HTTPException: _http_error},
         openapi_config=OpenAPIConfig(
-            title="longhaul", version=package_version(), path="/schema", render_plugins=[JsonRenderPlugin()]
+            title="longhaul", version=package_version(), path="/schema", render_plugins=[RestOpenAPI()]
         ),
     )
-    describe_routes(app)
     app.asgi_handler = route_verbs(app.asgi_handler)
     return app
 

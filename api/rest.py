@@ -9,12 +9,13 @@ JSON, A2A version, then the params.
 Routes ending in a ``:verb`` (``/message:send``, ``/tasks/{id}:cancel``) cannot be Litestar
 paths, whose parameters are whole segments, so ``route_verbs`` turns the request's last segment
 ``<name>:<verb>`` into ``<name>/:<verb>`` before Litestar routes it, and the handlers are mounted
-at the second form; ``describe_routes`` writes the OpenAPI paths back in the first form, with
+at the second form; ``described`` writes the OpenAPI paths back in the first form, with
 the request bodies and query parameters the wire models define.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -22,10 +23,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Litestar, Request, Response, Router, delete, get, post
+from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import State
 from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -35,6 +37,7 @@ from api.errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
+    InvalidRequestError,
     MethodNotAllowedError,
     MethodNotFoundError,
     UnsupportedOperationError,
@@ -315,7 +318,7 @@ def route_error(request: AnyRequest, error: HTTPException) -> Response[Any]:
     if isinstance(error, NotFoundException):
         route = request.url.path.replace("/:", ":")
         return error_response(request, MethodNotFoundError(f"no A2A 1.0 HTTP+JSON route {route}"))
-    return error_response(request, A2AError(str(error.detail)))
+    return error_response(request, InvalidRequestError(str(error.detail)))
 
 
 # ------------------------------------------------------------------ ``:verb`` routes and their OpenAPI
@@ -390,24 +393,38 @@ STATUS_SCHEMA: JSON = {
 }
 
 
-def describe_routes(app: Litestar) -> None:
-    """Write the binding's routes into the app's OpenAPI document as clients call them.
+class RestOpenAPI(JsonRenderPlugin):
+    """Litestar's OpenAPI document at ``/schema/openapi.json``, as ``described`` completes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._described: JSON | None = None
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: JSON) -> bytes:
+        """The described document (made once: Litestar's document does not change)."""
+        if self._described is None:
+            self._described = described(openapi_schema)
+        return self.render_json(request, self._described)
+
+
+def described(document: JSON) -> JSON:
+    """Litestar's OpenAPI ``document`` with the binding's routes as clients call them.
 
     Litestar generates the document from the handlers; this renames ``/:verb`` paths to ``:verb``,
     and adds each route's request body and query parameters from the wire models that validate
     them (their pydantic JSON Schemas, under ``components.schemas``), and the Status error body.
     """
-    document: JSON = app.plugins.get("OpenAPIPlugin").provide_openapi_schema()
+    document = copy.deepcopy(document)
     schemas: JSON = document.setdefault("components", {}).setdefault("schemas", {})
     schemas["Status"] = STATUS_SCHEMA
-    paths: JSON = document.get("paths", {})
     renamed: JSON = {}
-    for route, item in paths.items():
+    for route, item in document.get("paths", {}).items():
         relative = _relative(route)
         if relative is not None:
             _describe(relative, item, schemas)
         renamed[route.replace("/:", ":")] = item
     document["paths"] = renamed
+    return document
 
 
 def _relative(route: str) -> str | None:

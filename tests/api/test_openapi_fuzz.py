@@ -1,7 +1,7 @@
 """Schemathesis over the gateway's own OpenAPI: the HTTP+JSON routes never answer 5xx.
 
 The cases come from the document the app serves at ``/schema/openapi.json`` (Litestar's, with
-the binding's bodies and query parameters from the wire models: ``api.rest.describe_routes``),
+the binding's bodies and query parameters from the wire models: ``api.rest.described``),
 both fitting it (positive) and not (negative). A refused request appends nothing; every
 refusal is a ``google.rpc.Status`` body.
 """
@@ -25,6 +25,7 @@ from schemathesis.core.result import Ok
 from schemathesis.generation.modes import GenerationMode
 
 from api.app import create_app
+from api.rest import described
 from store.application import TaskApplication
 from store.config import MemoryConfig
 from tests.api.support import PUBLIC_URL, FakeClock, http_client, log_position, make_registry
@@ -46,10 +47,9 @@ def openapi_document() -> JSON:
         max_pause=timedelta(days=7),
         public_url=PUBLIC_URL,
     )
-    document: JSON = app.plugins.get("OpenAPIPlugin").provide_openapi_schema()
+    document = described(app.openapi_schema.to_schema())
     application.close()
-    copied: JSON = json.loads(json.dumps(document))
-    return copied
+    return document
 
 
 def _cases() -> st.SearchStrategy[Any]:
