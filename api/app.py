@@ -25,7 +25,7 @@ from api.agent_card import (
     card_document,
     package_version,
 )
-from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body
+from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
 from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
 from api.metrics import gateway_registry
@@ -63,7 +63,7 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
         service,
         body=body,
         content_type=request.headers.get("content-type"),
-        a2a_version=request.headers.get("a2a-version") or request.query_params.get("A2A-Version"),
+        a2a_version=requested_version(request),
     )
     return _respond(answer)
 

@@ -1,9 +1,10 @@
-"""What both bindings check of a request body, in this order: its size, its media type, its JSON.
+"""What both bindings read of a request before its method: the body (size, media type, JSON), the version.
 
 The size is checked while the body is read (``read_body``), the media type before a byte of it
 is parsed (``check_content_type``: the TCK's JSONRPC-SSE-002 wants ContentTypeNotSupported, not a
 parse error, for a ``text/plain`` body), then the JSON (``parse_json``). Each failure is the
-``A2AError`` both bindings answer with, in their own shape.
+``A2AError`` both bindings answer with, in their own shape. ``requested_version`` is the
+``A2A-Version`` the request asks for, which ``api.jsonrpc.check_version`` checks.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ async def read_body(request: Request[Any, Any, Any], *, limit: int) -> bytes:
         raise RequestTooLargeError(f"request body is larger than {size_text(limit)}") from None
     except ClientException as error:  # e.g. an invalid Content-Length
         raise InvalidRequestError(f"unreadable request: {error.detail}") from None
+
+
+def requested_version(request: Request[Any, Any, Any]) -> str | None:
+    """The ``A2A-Version`` header, else the ``A2A-Version`` query parameter (ADR 0006)."""
+    return request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
 
 
 def size_text(limit: int) -> str:

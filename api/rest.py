@@ -21,7 +21,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import State
@@ -32,7 +32,7 @@ from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.agent_card import REST_PATH
-from api.bodies import check_content_type, parse_json, read_body
+from api.bodies import check_content_type, parse_json, read_body, requested_version
 from api.errors import (
     A2AError,
     InternalError,
@@ -66,8 +66,12 @@ PathText = FromPath[str]
 log = logging.getLogger(__name__)
 
 VERB = re.compile(r"[a-z][A-Za-z]*")
+BOOLEAN_QUERY_PARAMS = frozenset({"includeArtifacts"})
 QUERY_BOOLEANS = {"true": True, "false": False}
 """A query string carries text; a boolean parameter is ``true`` or ``false``, nothing else."""
+
+Source = Literal["query", "body", "optional body"]
+"""Where a route's params are: the query, or the body (a JSON object; an empty optional one is ``{}``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def _tenant_of(request: AnyRequest, named: str | None) -> str | None:
 @post(["/message/:send", "/{tenant:str}/message/:send"])
 async def send_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
     """SendMessage: the body is a ``SendMessageRequest``."""
-    return await _serve(request, tenant, SendMessageRequest, "send_message", body=True)
+    return await _serve(request, tenant, SendMessageRequest, "send_message", source="body")
 
 
 @get(["/tasks/{task_id:str}", "/{tenant:str}/tasks/{task_id:str}"])
@@ -107,7 +111,9 @@ async def list_tasks(request: AnyRequest, tenant: Tenant = None) -> Response[byt
 @post(["/tasks/{task_id:str}/:cancel", "/{tenant:str}/tasks/{task_id:str}/:cancel"])
 async def cancel_task(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """CancelTask: the body (``metadata``) may be empty."""
-    return await _serve(request, tenant, CancelTaskRequest, "cancel_task", path={"id": task_id}, body=None)
+    return await _serve(
+        request, tenant, CancelTaskRequest, "cancel_task", path={"id": task_id}, source="optional body"
+    )
 
 
 @post(
@@ -121,7 +127,12 @@ async def create_push_config(
 ) -> Response[bytes]:
     """CreateTaskPushNotificationConfig: the body is the config; its task is the path's."""
     return await _serve(
-        request, tenant, TaskPushNotificationConfig, "create_push_config", path={"taskId": task_id}, body=True
+        request,
+        tenant,
+        TaskPushNotificationConfig,
+        "create_push_config",
+        path={"taskId": task_id},
+        source="body",
     )
 
 
@@ -227,14 +238,14 @@ async def _serve(
     method: str,
     *,
     path: JSON | None = None,
-    body: bool | None = False,
+    source: Source = "query",
 ) -> Response[bytes]:
-    """Answer one call: params from the query (or ``body``: required, or optional when None), then ``path``.
+    """Answer one call: params from ``source``, with the ``path``'s over them, and the tenant.
 
     Never raises: every failure is a Status body; an unexpected one is a logged 500 without internals.
     """
     try:
-        params = await _body(request, required=body) if body is not False else _query(request)
+        params = _query(request) if source == "query" else await _body(request, optional=source != "body")
         params.update(path or {})
         named = tenant if tenant is not None else params.get("tenant")
         if named is None or isinstance(named, str):  # else the model refuses it
@@ -243,7 +254,7 @@ async def _serve(
                 params.pop("tenant", None)
             else:
                 params["tenant"] = acting
-        check_version(_version(request))
+        check_version(requested_version(request))
         use: Callable[[WireModel], Awaitable[JSON]] = getattr(_service(request), method)
         result = await use(parse_params(model, params))
     except A2AError as error:
@@ -256,17 +267,17 @@ async def _serve(
 
 async def _unsupported(request: AnyRequest, method: str) -> Response[bytes]:
     try:
-        check_version(_version(request))
+        check_version(requested_version(request))
     except A2AError as error:
         return error_response(request, error)
     return error_response(request, UnsupportedOperationError(UNSUPPORTED_METHODS[method]))
 
 
-async def _body(request: AnyRequest, *, required: bool | None) -> JSON:
+async def _body(request: AnyRequest, *, optional: bool) -> JSON:
     """The body's JSON object; an empty body is ``{}`` where the body is optional."""
     settings: RestSettings = request.app.state.rest
     raw = await read_body(request, limit=settings.max_body_bytes)
-    if not raw.strip() and required is None:
+    if optional and not raw.strip():
         return {}
     check_content_type(request.headers.get("content-type"))
     document = parse_json(raw)
@@ -283,13 +294,6 @@ def _query(request: AnyRequest) -> JSON:
     for name, value in request.query_params.items():
         params[name] = QUERY_BOOLEANS.get(value, value) if name in BOOLEAN_QUERY_PARAMS else value
     return params
-
-
-BOOLEAN_QUERY_PARAMS = frozenset({"includeArtifacts"})
-
-
-def _version(request: AnyRequest) -> str | None:
-    return request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
 
 
 def _service(request: AnyRequest) -> A2AService:
