@@ -10,6 +10,7 @@ import httpx
 import pytest
 from litestar import Litestar
 
+from longhaul.commands import _listen, _serve
 from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -274,3 +275,39 @@ async def test_list_tasks_reads_its_filters_from_the_query(
     assert {first["tasks"][0]["id"], second["tasks"][0]["id"]} == {tasks[1]["id"], tasks[2]["id"]}
     assert second["nextPageToken"] == ""
     status_of(await client.get(f"{REST}/tasks", params={"includeArtifacts": "yes"}), 400, "INVALID_PARAMS")
+
+
+async def test_served_by_uvicorn_the_card_leads_to_the_binding(make_app: Callable[..., Litestar]) -> None:
+    """Over a real socket: the card's HTTP+JSON URL takes a send, and ``:subscribe`` is its own route."""
+    sock = _listen("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(_serve(make_app(public_url=base), sock, stop))
+    try:
+        async with httpx.AsyncClient(headers={"A2A-Version": "1.0"}) as client:
+            card = await _card(client, base)
+            interfaces = {i["protocolBinding"]: i["url"] for i in card["supportedInterfaces"]}
+            url = interfaces["HTTP+JSON"]
+            body = {"message": user_message(), "configuration": {"returnImmediately": True}}
+
+            sent = await client.post(f"{url}/message:send", json=body)
+            task = sent.json()["task"]
+            got = await client.get(f"{url}/tasks/{task['id']}")
+            subscribed = await client.get(f"{url}/tasks/{task['id']}:subscribe")
+    finally:
+        stop.set()
+        await serving
+
+    assert (sent.status_code, got.status_code) == (200, 200)
+    assert got.json()["id"] == task["id"]
+    status_of(subscribed, 400, "UNSUPPORTED_OPERATION")
+
+
+async def _card(client: httpx.AsyncClient, base: str) -> JSON:
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                card: JSON = (await client.get(f"{base}/.well-known/agent-card.json")).json()
+                return card
+            except httpx.ConnectError:
+                await asyncio.sleep(0.02)
