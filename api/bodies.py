@@ -60,11 +60,22 @@ def check_content_type(content_type: str | None) -> None:
 
 
 def parse_json(body: bytes) -> Any:
-    """The body's JSON document; ``NaN`` and ``Infinity`` are not JSON."""
+    r"""The body's JSON document, all of it Unicode text.
+
+    ``NaN`` and ``Infinity`` are not JSON; a string escaping half of a UTF-16 surrogate pair
+    (``"\ud800"``) is JSON's syntax but no Unicode text (I-JSON, RFC 7493, forbids it), and
+    nothing could store or answer it.
+    """
     try:
-        return json.loads(body, parse_constant=_refuse_constant)
+        document = json.loads(body, parse_constant=_refuse_constant)
+        json.dumps(document, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise JSONParseError(
+            "invalid JSON: a string holds a lone UTF-16 surrogate (not Unicode text)"
+        ) from None
     except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise JSONParseError(f"invalid JSON: {error}") from None
+    return document
 
 
 def _refuse_constant(name: str) -> NoReturn:

@@ -98,10 +98,24 @@ def _refused(outcome: Outcome, binding: str, reason: str, http_status: int = 400
     assert outcome.http_status == expected, outcome
 
 
+LONE_SURROGATE = b'{"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a\\udfff"}]}}'
+
+
 @pytest.mark.usefixtures("nothing_appended")
 @pytest.mark.parametrize("binding", BINDINGS)
 class TestBodies:
-    @pytest.mark.parametrize("body", [b"{", b"", b"\xff\xfe", b'{"message": NaN}', b"[" * 100_000])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b"{",
+            b"",
+            b"\xff\xfe",
+            b'{"message": NaN}',
+            b"[" * 100_000,
+            LONE_SURROGATE,
+            LONE_SURROGATE.replace(b"dfff", b"d800"),
+        ],
+    )
     async def test_malformed_json(self, client: httpx.AsyncClient, binding: str, body: bytes) -> None:
         _refused(await call(client, binding, "SendMessage", body=body), binding, "JSON_PARSE")
 
@@ -226,3 +240,14 @@ class TestProtoJsonValues:
 
         assert outcome.reason is None, outcome
         assert len(outcome.result.get("history", [])) == kept
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_an_escaped_surrogate_pair_is_text(client: httpx.AsyncClient, binding: str) -> None:
+    emoji = {"text": "\N{GRINNING FACE}"}  # json.dumps escapes it as the pair "\ud83d\ude00"
+    params = {"message": user_message(parts=[emoji]), **IMMEDIATELY}
+
+    outcome = await call(client, binding, "SendMessage", params)
+
+    assert outcome.reason is None, outcome
+    assert outcome.result["task"]["history"][0]["parts"] == [emoji]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import uuid4
 
 import httpx
 from hypothesis import HealthCheck, given, settings
@@ -160,3 +161,39 @@ async def test_junk_gets_a_status_error_on_http_json_and_changes_nothing(
     assert error["message"]
     assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     assert log_position(store) == before
+
+
+# Any text, lone UTF-16 surrogates often among it (JSON can escape them; they are not Unicode text;
+# st.text never makes them).
+any_text = st.lists(st.characters() | st.sampled_from(["\ud800", "\udfff"]), max_size=6).map("".join)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(text=any_text, message_id=any_text, rest=st.booleans())
+async def test_valid_messages_with_any_text_are_kept_or_refused_never_a_500(
+    client: httpx.AsyncClient, store: TaskApplication, text: str, message_id: str, rest: bool
+) -> None:
+    before = log_position(store)  # each example a new task: an id seen before would be a resend
+    params = {
+        "message": {"messageId": uuid4().hex + message_id, "role": "ROLE_USER", "parts": [{"text": text}]},
+        "configuration": {"returnImmediately": True},
+    }
+    if rest:
+        response = await client.post("/a2a/rest/message:send", content=json.dumps(params).encode())
+        answer: dict[str, Any] = response.json()
+        assert response.status_code in (200, 400), answer
+    else:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}).encode()
+        response = await client.post(ENDPOINT, content=body)
+        answer = response.json()
+        assert answer.get("error", {}).get("code") != -32603, answer
+        answer = answer.get("result") or answer
+
+    if "task" in answer:
+        assert answer["task"]["history"][0]["parts"] == [{"text": text}]
+    else:
+        assert log_position(store) == before
