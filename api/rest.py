@@ -90,25 +90,30 @@ def _tenant_of(request: AnyRequest, named: str | None) -> str | None:
 # ------------------------------------------------------------------ the routes
 
 
-@post(["/message/:send", "/{tenant:str}/message/:send"])
+def routes(path: str) -> list[str]:
+    """``path`` and its tenant variant ``/{tenant}`` + ``path``."""
+    return [path, "/{tenant:str}" + path]
+
+
+@post(routes("/message/:send"))
 async def send_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
     """SendMessage: the body is a ``SendMessageRequest``."""
     return await _serve(request, tenant, SendMessageRequest, "send_message", source="body")
 
 
-@get(["/tasks/{task_id:str}", "/{tenant:str}/tasks/{task_id:str}"])
+@get(routes("/tasks/{task_id:str}"))
 async def get_task(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """GetTask: ``historyLength`` in the query."""
     return await _serve(request, tenant, GetTaskRequest, "get_task", path={"id": task_id})
 
 
-@get(["/tasks", "/{tenant:str}/tasks"])
+@get(routes("/tasks"))
 async def list_tasks(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
     """ListTasks: every filter in the query."""
     return await _serve(request, tenant, ListTasksRequest, "list_tasks")
 
 
-@post(["/tasks/{task_id:str}/:cancel", "/{tenant:str}/tasks/{task_id:str}/:cancel"])
+@post(routes("/tasks/{task_id:str}/:cancel"))
 async def cancel_task(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """CancelTask: the body (``metadata``) may be empty."""
     return await _serve(
@@ -116,12 +121,7 @@ async def cancel_task(request: AnyRequest, task_id: PathText, tenant: Tenant = N
     )
 
 
-@post(
-    [
-        "/tasks/{task_id:str}/pushNotificationConfigs",
-        "/{tenant:str}/tasks/{task_id:str}/pushNotificationConfigs",
-    ]
-)
+@post(routes("/tasks/{task_id:str}/pushNotificationConfigs"))
 async def create_push_config(
     request: AnyRequest, task_id: PathText, tenant: Tenant = None
 ) -> Response[bytes]:
@@ -136,12 +136,7 @@ async def create_push_config(
     )
 
 
-@get(
-    [
-        "/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}",
-        "/{tenant:str}/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}",
-    ]
-)
+@get(routes("/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}"))
 async def get_push_config(
     request: AnyRequest, task_id: PathText, config_id: PathText, tenant: Tenant = None
 ) -> Response[bytes]:
@@ -150,12 +145,7 @@ async def get_push_config(
     return await _serve(request, tenant, GetTaskPushNotificationConfigRequest, "get_push_config", path=path)
 
 
-@get(
-    [
-        "/tasks/{task_id:str}/pushNotificationConfigs",
-        "/{tenant:str}/tasks/{task_id:str}/pushNotificationConfigs",
-    ]
-)
+@get(routes("/tasks/{task_id:str}/pushNotificationConfigs"))
 async def list_push_configs(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """ListTaskPushNotificationConfigs: ``pageSize`` and ``pageToken`` in the query."""
     path = {"taskId": task_id}
@@ -165,10 +155,7 @@ async def list_push_configs(request: AnyRequest, task_id: PathText, tenant: Tena
 
 
 @delete(
-    [
-        "/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}",
-        "/{tenant:str}/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}",
-    ],
+    routes("/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}"),
     status_code=200,
 )
 async def delete_push_config(
@@ -180,7 +167,7 @@ async def delete_push_config(
     return await _serve(request, tenant, model, "delete_push_config", path=path)
 
 
-@get(["/extendedAgentCard", "/{tenant:str}/extendedAgentCard"])
+@get(routes("/extendedAgentCard"))
 async def get_extended_agent_card(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
     """GetExtendedAgentCard: this agent has none."""
     return await _unsupported(request, "GetExtendedAgentCard")
@@ -189,19 +176,19 @@ async def get_extended_agent_card(request: AnyRequest, tenant: Tenant = None) ->
 # The streaming methods (SSE) are not served yet; they answer as JSON-RPC does.
 
 
-@post(["/message/:stream", "/{tenant:str}/message/:stream"])
+@post(routes("/message/:stream"))
 async def send_streaming_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
     """SendStreamingMessage: not yet."""
     return await _unsupported(request, "SendStreamingMessage")
 
 
-@get(["/tasks/{task_id:str}/:subscribe", "/{tenant:str}/tasks/{task_id:str}/:subscribe"])
+@get(routes("/tasks/{task_id:str}/:subscribe"))
 async def subscribe_get(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """SubscribeToTask (GET, as the proto annotates it): not yet."""
     return await _unsupported(request, "SubscribeToTask")
 
 
-@post(["/tasks/{task_id:str}/:subscribe", "/{tenant:str}/tasks/{task_id:str}/:subscribe"])
+@post(routes("/tasks/{task_id:str}/:subscribe"))
 async def subscribe_post(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
     """SubscribeToTask (POST, as the prose specification and the SDK client send it): not yet."""
     return await _unsupported(request, "SubscribeToTask")
