@@ -8,21 +8,19 @@ in this order: content type, JSON, envelope, A2A version, method, params.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from api.bodies import check_content_type, parse_json
 from api.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
     InternalError,
     InvalidRequestError,
-    JSONParseError,
     MethodNotFoundError,
     UnsupportedOperationError,
     VersionNotSupportedError,
@@ -49,7 +47,6 @@ Params = JSON | list[Any] | None
 log = logging.getLogger(__name__)
 
 SUPPORTED_VERSION = re.compile(r"1\.0(\.\d+)?")
-JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
 
 NOT_YET = "is not yet supported by this agent"
 NO_STREAMING = "(capabilities.streaming is false)"
@@ -99,8 +96,8 @@ async def handle_jsonrpc(
     """Answer one JSON-RPC request, as the tenant ``tenant_of`` gives. Never raises."""
     request_id: RequestId = None
     try:
-        _check_content_type(content_type)
-        document = _parse(body)
+        check_content_type(content_type)
+        document = parse_json(body)
         request_id = _usable_id(document)
         envelope = _envelope(document)
         check_version(a2a_version)
@@ -116,28 +113,6 @@ async def handle_jsonrpc(
 def error_answer(error: A2AError) -> RpcAnswer:
     """An answer for an error found before the body was read (size, transport)."""
     return RpcAnswer({"jsonrpc": "2.0", "id": None, "error": error.to_jsonrpc()}, error.http_status)
-
-
-def _check_content_type(content_type: str | None) -> None:
-    """JSON media types only (``application/json``, ``application/a2a+json``...); absent is JSON."""
-    if content_type is None or not content_type.strip():
-        return
-    media_type = content_type.split(";", 1)[0].strip()
-    if not JSON_MEDIA_TYPE.fullmatch(media_type):
-        raise ContentTypeNotSupportedError(
-            f"Content-Type {media_type!r} is not supported; send application/json"
-        )
-
-
-def _parse(body: bytes) -> Any:
-    try:
-        return json.loads(body, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise JSONParseError(f"invalid JSON: {error}") from None
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _usable_id(document: Any) -> RequestId:
