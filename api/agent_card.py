@@ -39,8 +39,11 @@ class CardDocument:
         return "*" in tags or self.etag in tags
 
 
-def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
-    """The card: our JSON-RPC interface, capabilities and the newest version of every skill."""
+def build_agent_card(registry: SkillRegistry, public_url: str, *, streaming: bool = False) -> JSON:
+    """The card: our JSON-RPC interface, capabilities and the newest version of every skill.
+
+    ``streaming``: whether the gateway has the task feed its streams need (``api.streams``).
+    """
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
         newest[skill.name] = skill
@@ -58,7 +61,7 @@ def build_agent_card(registry: SkillRegistry, public_url: str) -> JSON:
                 "protocolVersion": "1.0",
             }
         ],
-        "capabilities": {"streaming": False, "pushNotifications": True},
+        "capabilities": {"streaming": streaming, "pushNotifications": True},
         "defaultInputModes": list(MEDIA_MODES),
         "defaultOutputModes": list(MEDIA_MODES),
         "skills": [_skill_entry(skill) for skill in newest.values()],

@@ -7,12 +7,14 @@ number of gateways can serve the same store.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.agent_card import (
@@ -23,9 +25,14 @@ from api.agent_card import (
     card_document,
 )
 from api.errors import InvalidRequestError, RequestTooLargeError
-from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
+from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import gateway_registry
 from api.service import A2AService
+from api.sse import HEADERS as SSE_HEADERS
+from api.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
+from api.sse import Frame, SseEnvelope, jsonrpc_envelope, sse_body
+from api.streams import DEFAULT_MAX_PENDING, TaskStreams
+from api.task_feed import StoreLog, TaskFeed
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
@@ -36,6 +43,9 @@ MAX_BODY_BYTES = 1024 * 1024
 """Largest JSON-RPC request body accepted (1 MiB); a larger one gets an error, never a 500."""
 
 JSON_MEDIA_TYPE = "application/json"
+
+DEFAULT_KEEPALIVE_S = 15.0
+"""Seconds an idle stream waits before a ``: keepalive`` comment (``LONGHAUL_STREAM_KEEPALIVE_SECONDS``)."""
 
 
 @get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False)
@@ -49,8 +59,8 @@ def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
 
 
 @post(JSONRPC_PATH, operation_id="jsonrpc", request_max_body_size=MAX_BODY_BYTES)
-async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
-    """One A2A JSON-RPC call."""
+async def jsonrpc(request: Request[object, object, State]) -> Response[bytes] | Stream:
+    """One A2A JSON-RPC call; the streaming methods answer ``text/event-stream`` (``api.sse``)."""
     service: A2AService = request.app.state.service
     try:
         body = await request.body()
@@ -64,8 +74,22 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
         body=body,
         content_type=request.headers.get("content-type"),
         a2a_version=request.headers.get("a2a-version") or request.query_params.get("A2A-Version"),
+        streams=request.app.state.streams,
+        last_event_id=request.headers.get("last-event-id"),
     )
+    if isinstance(answer, RpcStream):
+        return sse_response(answer.frames, jsonrpc_envelope(answer.request_id), request.app.state.keepalive_s)
     return _respond(answer)
+
+
+def sse_response(frames: AsyncIterator[Frame], envelope: SseEnvelope, keepalive_s: float) -> Stream:
+    """A ``text/event-stream`` response of a stream's frames (any binding: ``envelope``)."""
+    return Stream(
+        sse_body(frames, envelope, keepalive_s=keepalive_s),
+        media_type=SSE_MEDIA_TYPE,
+        headers=SSE_HEADERS,
+        status_code=200,  # Litestar answers a POST with 201 unless told
+    )
 
 
 @get("/metrics", operation_id="metrics", sync_to_thread=True)
@@ -93,6 +117,9 @@ def create_app(
     relay_stream: str | None = None,
     process_metrics: CollectorRegistry | None = None,
     allow_private_webhooks: bool = False,
+    feed: TaskFeed | None = None,
+    stream_keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    stream_max_pending: int = DEFAULT_MAX_PENDING,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -104,6 +131,9 @@ def create_app(
     ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
     table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
     ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
+    With a task ``feed`` (NATS, over a PostgreSQL store) the gateway streams
+    (``api.streams``): a comment every ``stream_keepalive_s`` on an idle stream, and a stream
+    closed when more than ``stream_max_pending`` events wait for its reader.
     """
     service = A2AService(
         store=store,
@@ -115,9 +145,26 @@ def create_app(
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
     )
-    card = card_document(build_agent_card(registry, public_url), modified=clock())
+    streams = TaskStreams(
+        service,
+        feed,
+        StoreLog(store) if feed is not None else None,
+        max_pending=stream_max_pending,
+    )
+    card = card_document(
+        build_agent_card(registry, public_url, streaming=streams.available), modified=clock()
+    )
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
-    state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
+    state = State(
+        {
+            "service": service,
+            "streams": streams,
+            "keepalive_s": stream_keepalive_s,
+            "card": card,
+            "max_pause": max_pause,
+            "metrics": metrics_registry,
+        }
+    )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     return Litestar(
         route_handlers=[get_agent_card, jsonrpc, metrics], state=state, debug=False, logging_config=None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -28,6 +28,9 @@ from api.errors import (
     VersionNotSupportedError,
 )
 from api.service import A2AService
+from api.sse import Frame
+from api.sse import last_event_id as sse_last_event_id
+from api.streams import TaskStreams
 from api.wire import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -37,6 +40,7 @@ from api.wire import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     WireModel,
     parse_params,
@@ -51,11 +55,7 @@ log = logging.getLogger(__name__)
 SUPPORTED_VERSION = re.compile(r"1\.0(\.\d+)?")
 JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
 
-NOT_YET = "is not yet supported by this agent"
-NO_STREAMING = "(capabilities.streaming is false)"
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} {NO_STREAMING}; use SendMessage",
-    "SubscribeToTask": f"SubscribeToTask {NOT_YET} {NO_STREAMING}; poll GetTask instead",
     "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
 }
 
@@ -66,6 +66,14 @@ class RpcAnswer:
 
     body: JSON
     http_status: int = 200
+
+
+@dataclass(frozen=True)
+class RpcStream:
+    """A streaming method's answer: its frames, each to be sent as a JSON-RPC response over SSE."""
+
+    request_id: RequestId
+    frames: AsyncIterator[Frame]
 
 
 def check_version(value: str | None) -> None:
@@ -85,9 +93,21 @@ def check_version(value: str | None) -> None:
 
 
 async def handle_jsonrpc(
-    service: A2AService, *, body: bytes, content_type: str | None, a2a_version: str | None
-) -> RpcAnswer:
-    """Answer one JSON-RPC request. Never raises."""
+    service: A2AService,
+    *,
+    body: bytes,
+    content_type: str | None,
+    a2a_version: str | None,
+    streams: TaskStreams | None = None,
+    last_event_id: str | None = None,
+) -> RpcAnswer | RpcStream:
+    """Answer one JSON-RPC request. Never raises.
+
+    The streaming methods (with ``streams``) answer an ``RpcStream`` once the request passed
+    every check and its first commit is made; ``last_event_id`` is the ``Last-Event-ID``
+    header of a reconnecting client (``api.streams``). Without ``streams`` they are
+    UnsupportedOperation.
+    """
     request_id: RequestId = None
     try:
         _check_content_type(content_type)
@@ -95,6 +115,14 @@ async def handle_jsonrpc(
         request_id = _usable_id(document)
         envelope = _envelope(document)
         check_version(a2a_version)
+        opener = STREAM_METHODS.get(envelope.method)
+        if opener is not None:
+            if streams is None or not streams.available:
+                raise UnsupportedOperationError(
+                    f"{envelope.method} is not available on this gateway (capabilities.streaming is false)"
+                )
+            frames = await opener(streams, envelope.params, sse_last_event_id(last_event_id))
+            return RpcStream(request_id, frames)
         result = await _dispatch(service, envelope.method, envelope.params)
     except A2AError as error:
         return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()})
@@ -183,6 +211,27 @@ METHODS: dict[str, Handler] = {
     "DeleteTaskPushNotificationConfig": _method(
         DeleteTaskPushNotificationConfigRequest, "delete_push_config"
     ),
+}
+
+
+StreamOpener = Callable[[TaskStreams, Params, int | None], Awaitable[AsyncIterator[Frame]]]
+
+
+async def _send_streaming(
+    streams: TaskStreams, params: Params, last_event_id: int | None
+) -> AsyncIterator[Frame]:
+    request = parse_params(SendMessageRequest, params)
+    return await streams.send_streaming_message(request, last_event_id=last_event_id)
+
+
+async def _subscribe(streams: TaskStreams, params: Params, last_event_id: int | None) -> AsyncIterator[Frame]:
+    request = parse_params(SubscribeToTaskRequest, params)
+    return await streams.subscribe_to_task(request, last_event_id=last_event_id)
+
+
+STREAM_METHODS: dict[str, StreamOpener] = {
+    "SendStreamingMessage": _send_streaming,
+    "SubscribeToTask": _subscribe,
 }
 
 

@@ -95,10 +95,20 @@ class A2AService:
         self._blocking_timeout_s = blocking_timeout_s
 
     async def send_message(self, request: SendMessageRequest) -> JSON:
-        """Start a task, or answer a paused one; blocks until it settles unless asked not to.
+        """Start a task, or answer a paused one; blocks until it settles unless asked not to."""
+        task = await self.accept_message(request)
+        configuration = request.configuration
+        if configuration is None or not configuration.return_immediately:
+            task = await self._settled(task)
+        history_length = configuration.history_length if configuration is not None else None
+        return {"task": task_to_wire(task, history_length=history_length)}
 
-        An inline ``configuration.taskPushNotificationConfig`` is checked like a created one and
-        stored in the same commit as the task's ``Submitted`` (or the answer's ``InputReceived``).
+    async def accept_message(self, request: SendMessageRequest) -> Task:
+        """Start a task, or answer a paused one, and return it as committed (SendMessage's first half).
+
+        SendStreamingMessage (``api.streams``) uses it too. An inline
+        ``configuration.taskPushNotificationConfig`` is checked like a created one and stored in
+        the same commit as the task's ``Submitted`` (or the answer's ``InputReceived``).
         """
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
@@ -134,10 +144,7 @@ class A2AService:
                 )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
-        if configuration is None or not configuration.return_immediately:
-            task = await self._settled(task)
-        history_length = configuration.history_length if configuration is not None else None
-        return {"task": task_to_wire(task, history_length=history_length)}
+        return task
 
     async def get_task(self, request: GetTaskRequest) -> JSON:
         """The task as it is now."""
@@ -218,7 +225,7 @@ class A2AService:
                 "invalid params: taskId: field required", [("taskId", "field required")]
             )
         tenant = request.tenant or DEFAULT_TENANT
-        task_id = (await self._visible(request.task_id, tenant)).id  # before any DNS lookup
+        task_id = (await self.visible_task(request.task_id, tenant)).id  # before any DNS lookup
         config = await self._checked_config(request, field="url")
         try:
             await asyncio.to_thread(
@@ -234,7 +241,7 @@ class A2AService:
 
     async def get_push_config(self, request: GetTaskPushNotificationConfigRequest) -> JSON:
         """One active config of a task; a missing one is TaskNotFound, as the specification lists it."""
-        task = await self._visible(request.task_id, request.tenant)
+        task = await self.visible_task(request.task_id, request.tenant)
         config = _active_configs(task).get(request.id)
         if config is None:
             raise TaskNotFoundError(
@@ -244,7 +251,7 @@ class A2AService:
 
     async def list_push_configs(self, request: ListTaskPushNotificationConfigsRequest) -> JSON:
         """A page of a task's active configs, by id, with the next page's token (``""`` at the end)."""
-        task = await self._visible(request.task_id, request.tenant)
+        task = await self.visible_task(request.task_id, request.tenant)
         ids = sorted(_active_configs(task))
         if request.page_token:
             ids = [config_id for config_id in ids if config_id > request.page_token]
@@ -280,7 +287,8 @@ class A2AService:
         stored = config.model_copy(update={"id": config.id or str(uuid4()), "task_id": None, "tenant": None})
         return stored.to_json()
 
-    async def _visible(self, text: str, tenant: str | None) -> Task:
+    async def visible_task(self, text: str, tenant: str | None) -> Task:
+        """The task with the wire id ``text`` if ``tenant`` (None: the default) sees it, else TaskNotFound."""
         try:
             return await asyncio.to_thread(
                 self._store.get_visible, _task_id(text), tenant=tenant or DEFAULT_TENANT

@@ -152,6 +152,9 @@ async def _gateway_app(
             relay_stream=settings.nats_stream if settings.store == "postgres" else None,
             process_metrics=worker_metrics.registry if worker_metrics is not None else None,
             allow_private_webhooks=settings.allow_private_webhooks,
+            feed=feed,
+            stream_keepalive_s=settings.stream_keepalive_seconds,
+            stream_max_pending=settings.stream_max_pending,
         )
     finally:
         if feed is not None:

@@ -117,6 +117,16 @@ class Settings(BaseSettings):
     webhook_concurrency: int = Field(
         default=128, ge=1, le=1024, description="Webhook deliveries one dispatcher makes at once."
     )
+    stream_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds of silence after which an SSE stream sends a keep-alive comment.",
+    )
+    stream_max_pending: int = Field(
+        default=1000,
+        ge=1,
+        description="Events that may wait for one slow SSE reader before its stream is closed.",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
