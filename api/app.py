@@ -7,7 +7,6 @@ number of gateways can serve the same store.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 from litestar import Litestar, Request, Response, get, post
@@ -28,9 +27,7 @@ from api.errors import InvalidRequestError, RequestTooLargeError
 from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import gateway_registry
 from api.service import A2AService
-from api.sse import HEADERS as SSE_HEADERS
-from api.sse import MEDIA_TYPE as SSE_MEDIA_TYPE
-from api.sse import Frame, SseEnvelope, jsonrpc_envelope, sse_body
+from api.sse import jsonrpc_envelope, sse_response
 from api.streams import DEFAULT_MAX_PENDING, TaskStreams
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import PollingWaiter, TaskWaiter
@@ -80,16 +77,6 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes] | 
     if isinstance(answer, RpcStream):
         return sse_response(answer.frames, jsonrpc_envelope(answer.request_id), request.app.state.keepalive_s)
     return _respond(answer)
-
-
-def sse_response(frames: AsyncIterator[Frame], envelope: SseEnvelope, keepalive_s: float) -> Stream:
-    """A ``text/event-stream`` response of a stream's frames (any binding: ``envelope``)."""
-    return Stream(
-        sse_body(frames, envelope, keepalive_s=keepalive_s),
-        media_type=SSE_MEDIA_TYPE,
-        headers=SSE_HEADERS,
-        status_code=200,  # Litestar answers a POST with 201 unless told
-    )
 
 
 @get("/metrics", operation_id="metrics", sync_to_thread=True)

@@ -22,6 +22,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from litestar.response import Stream
+
 from api.errors import A2AError, InternalError, InvalidParamsError
 
 JSON = dict[str, Any]
@@ -54,6 +56,29 @@ def jsonrpc_envelope(request_id: str | int | None) -> SseEnvelope:
     return SseEnvelope(
         result=lambda response: {"jsonrpc": "2.0", "id": request_id, "result": response},
         error=lambda error: {"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()},
+    )
+
+
+def rest_envelope(error_body: Callable[[A2AError], JSON]) -> SseEnvelope:
+    """The HTTP+JSON binding's envelope: the bare StreamResponse; an error as ``event: error``.
+
+    ``error_body`` is the binding's error body (a ``google.rpc.Status`` JSON, as its non-streaming
+    errors carry).
+    """
+    return SseEnvelope(result=lambda response: response, error=error_body, error_event="error")
+
+
+def sse_response(frames: AsyncIterator[Frame], envelope: SseEnvelope, keepalive_s: float) -> Stream:
+    """The ``text/event-stream`` response of a stream's frames, in any binding's ``envelope``.
+
+    A route of either binding opens the stream first (``api.streams``: refusals raise before
+    any frame, as ordinary error answers) and returns this.
+    """
+    return Stream(
+        sse_body(frames, envelope, keepalive_s=keepalive_s),
+        media_type=MEDIA_TYPE,
+        headers=HEADERS,
+        status_code=200,  # Litestar answers a POST with 201 unless told
     )
 
 
