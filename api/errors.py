@@ -123,6 +123,16 @@ class VersionNotSupportedError(A2AError):
     default_message = "A2A version not supported"
 
 
+class SlowReaderError(A2AError):
+    """A stream's client read too slowly: the stream was closed; it resumes with ``Last-Event-ID``.
+
+    Sent only as the last frame of a stream (``api.streams``), never before one.
+    """
+
+    code, reason, http_status = -32603, "SLOW_READER", 503
+    default_message = "The stream was closed because the client read it too slowly"
+
+
 KEPT_CHANGING = "the task kept changing while this request ran; retry it"
 
 

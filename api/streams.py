@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, ClassVar
+from typing import Any
 
-from api.errors import A2AError, InvalidParamsError, UnsupportedOperationError
+from api.errors import InvalidParamsError, SlowReaderError, UnsupportedOperationError
 from api.service import A2AService
 from api.sse import Frame
 from api.task_feed import PAGE, FeedOverflowError, StoreLog, TaskFeed
@@ -49,15 +49,6 @@ NO_FEED = (
 
 ENDS_STREAM = frozenset(str(state) for state in TERMINAL | INTERRUPTED)
 """The wire states after which a stream ends."""
-
-
-class SlowReaderError(A2AError):
-    """The client read its stream too slowly: the stream was closed; resume with Last-Event-ID."""
-
-    code: ClassVar[int] = -32603
-    reason: ClassVar[str] = "SLOW_READER"
-    http_status: ClassVar[int] = 503
-    default_message: ClassVar[str] = "The stream was closed because the client read it too slowly"
 
 
 class TaskStreams:
