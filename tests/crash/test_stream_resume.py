@@ -1,10 +1,15 @@
-"""A client streaming from gateway A; A is SIGKILLed mid-task; the client resumes on gateway B.
+"""Streams over real processes: a resume across a killed gateway, and the research skill's chunks.
 
+A client streaming from gateway A; A is SIGKILLed mid-task; the client resumes on gateway B.
 Real processes: a worker, the relay, two gateways. The client reads SendStreamingMessage from A
 until a few chunks arrived, A is killed, and the client reconnects to B with SubscribeToTask and
 ``Last-Event-ID`` set to the last id it received. What it read from both, in order, must be every
 event of the log a client sees, each once; and the task completes as if nothing happened (the
 gateway never ran it).
+
+The research skill over one gateway: its first stream ends at the question (INPUT_REQUIRED), the
+answer's stream carries the report as ``artifactUpdate`` chunks with ``append`` and ``lastChunk``
+as the skill emitted them, and ends at COMPLETED.
 """
 
 from __future__ import annotations
@@ -72,3 +77,49 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_was_killed(
     assert len(updates) == CHUNKS
     assert [u.get("append", False) for u in updates] == [False] + [True] * (CHUNKS - 1)
     assert [u.get("lastChunk", False) for u in updates] == [False] * (CHUNKS - 1) + [True]
+
+
+def test_the_research_skill_streams_its_question_then_its_report_in_chunks(
+    cluster: Cluster, store: TaskApplication
+) -> None:
+    relay = cluster.start(["relay"])
+    wait_until(lambda: "relay is the leader" in relay.log(), STARTUP_TIMEOUT, "the relay to lead")
+    cluster.worker()
+    url = cluster.gateway()
+    first = {**user_message({"chunks": 4}, text="tides"), "metadata": {"skill": "research"}}
+
+    async def scenario() -> tuple[list[SseEvent], list[SseEvent]]:
+        async with httpx.AsyncClient(base_url=url, headers=A2A_HEADERS, timeout=30) as client:
+            async with open_stream(client, "SendStreamingMessage", {"message": first}) as stream:
+                asked = await stream.rest(timeout=30)
+            task = asked[0].data["result"]["task"]
+            answer = {
+                **user_message({"api_key": "sk-test-0123456789"}, text="here"),
+                "taskId": task["id"],
+                "contextId": task["contextId"],
+            }
+            async with open_stream(client, "SendStreamingMessage", {"message": answer}) as stream:
+                report = await stream.rest(timeout=30)
+        return asked, report
+
+    asked, report = asyncio.run(scenario())
+
+    assert [state_of(r) for r in results(asked)] == [
+        "TASK_STATE_SUBMITTED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+    ]
+    task_id = UUID(asked[0].data["result"]["task"]["id"])
+    assert state_of(results(report)[0]) == "TASK_STATE_WORKING"  # the answer's snapshot
+    assert [(e.id, r) for e, r in zip(report[1:], results(report[1:]), strict=True)] == visible(
+        store, task_id, after=report[0].id or 0
+    )
+    updates = [r["artifactUpdate"] for r in results(report) if "artifactUpdate" in r]
+    assert [(u.get("append", False), u.get("lastChunk", False)) for u in updates] == [
+        (False, False),
+        (True, False),
+        (True, False),
+        (True, True),
+    ]
+    assert all(u["artifact"]["artifactId"] == "report" for u in updates)
+    assert state_of(results(report)[-1]) == "TASK_STATE_COMPLETED"
