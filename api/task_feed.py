@@ -132,17 +132,31 @@ class FeedOrder:
 
     async def catch_up(self, up_to: int | None = None) -> list[JSON]:
         """The log's messages after the last version given, up to ``up_to`` (None: all of them)."""
-        given: list[JSON] = []
+        return [message async for page in self.pages(up_to) for message in page]
+
+    async def pages(self, up_to: int | None = None) -> AsyncGenerator[list[JSON], None]:
+        """``catch_up`` one page of the log at a time, so that a long catch-up holds one page."""
         while up_to is None or self.last < up_to:
             before = self.last
             page = await self._read_log(self.last, up_to, self._page)
+            given = []
             for message in page:
                 if message["version"] > self.last:
                     given.append(message)
                     self.last = message["version"]
+            if given:
+                yield given
             if len(page) < self._page or self.last == before:
                 break
-        return given
+
+
+async def _pages_for(order: FeedOrder, queued: JSON) -> AsyncGenerator[list[JSON], None]:
+    """What to give for one queued item: the log page by page after a resync, else ``accept``."""
+    if queued is _RESYNC:
+        async for page in order.pages():
+            yield page
+    else:
+        yield await order.accept(queued)
 
 
 class _Inbox:
@@ -158,7 +172,17 @@ class _Inbox:
         self.overflowed = False
         self._max_pending = max_pending
 
+    async def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the next message; whether one came."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
     def push(self, message: JSON) -> None:
+        """Queue one message for the follower (or note the overflow)."""
         if self.overflowed:
             return
         if self._max_pending is not None and len(self.pending) >= self._max_pending:
@@ -299,28 +323,24 @@ class TaskFeed:
                     await self._client.flush(FLUSH_TIMEOUT_S)
             first_live = next((m for m in pending if m is not _RESYNC and m["version"] > after_version), None)
             up_to = None if first_live is None else first_live["version"] - 1
-            for message in await order.catch_up(up_to):
-                yield message
+            async for page in order.pages(up_to):
+                for message in page:
+                    yield message
             while True:
                 if inbox.overflowed:
                     raise FeedOverflowError(task_id, order.last, max_pending or 0)
                 while pending:
-                    queued = pending.popleft()
-                    given = await (order.catch_up() if queued is _RESYNC else order.accept(queued))
-                    for message in given:
-                        yield message
+                    async for page in _pages_for(order, pending.popleft()):
+                        for message in page:
+                            yield message
                 wait = self._fallback_poll
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
                     wait = min(wait, remaining)
-                inbox.arrived.clear()
-                try:
-                    await asyncio.wait_for(inbox.arrived.wait(), wait)
-                except TimeoutError:
-                    if deadline is None or time.monotonic() < deadline:
-                        push(_RESYNC)
+                if not await inbox.wait(wait) and (deadline is None or time.monotonic() < deadline):
+                    push(_RESYNC)
         finally:
             self._followers.discard(push)
             with contextlib.suppress(NatsError):
