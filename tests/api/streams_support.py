@@ -125,6 +125,11 @@ def results(events: list[SseEvent]) -> list[JSON]:
     return out
 
 
+def pairs(events: list[SseEvent]) -> list[tuple[int | None, JSON]]:
+    """``(id, StreamResponse)`` of each JSON-RPC SSE event: what ``visible`` compares with the log."""
+    return list(zip([event.id for event in events], results(events), strict=True))
+
+
 def state_of(response: JSON) -> str | None:
     """The state a StreamResponse shows (None for an artifact update)."""
     update = response.get("task") or response.get("statusUpdate")

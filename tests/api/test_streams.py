@@ -25,6 +25,7 @@ from store.application import TaskApplication
 from tests.api.streams_support import (
     A2A_HEADERS,
     open_stream,
+    pairs,
     relay_and_feed,
     results,
     rpc_body,
@@ -101,9 +102,7 @@ async def test_send_streaming_message_sends_the_task_then_its_events_until_it_co
         "TASK_STATE_COMPLETED",
     ]
     # Every frame after the snapshot is the log's, with the log's version as its id.
-    assert [(e.id, r) for e, r in zip(events[1:], results(events[1:]), strict=True)] == visible(
-        store, task_id, after=1
-    )
+    assert pairs(events[1:]) == visible(store, task_id, after=1)
 
 
 async def test_subscribe_sends_the_current_task_first_then_the_events_after_its_version(
@@ -117,7 +116,7 @@ async def test_subscribe_sends_the_current_task_first_then_the_events_after_its_
 
     assert snapshot.id == 2
     assert snapshot.data["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
-    assert [(e.id, r) for e, r in zip(rest, results(rest), strict=True)] == visible(store, task_id, after=2)
+    assert pairs(rest) == visible(store, task_id, after=2)
     assert state_of(results(rest)[-1]) == "TASK_STATE_COMPLETED"
 
 
@@ -181,9 +180,7 @@ async def test_a_reconnect_with_last_event_id_gets_every_event_after_it_once_in_
     assert [e.id for e in seen] == [3, 4]
     assert "task" not in results(resumed)[0]  # a resumed stream starts with the events after its id
     everything = seen + resumed
-    assert [(e.id, r) for e, r in zip(everything, results(everything), strict=True)] == visible(
-        store, task_id, after=2
-    )
+    assert pairs(everything) == visible(store, task_id, after=2)
 
 
 async def test_a_resumed_stream_of_a_task_that_ended_meanwhile_sends_what_is_left_and_ends(
@@ -193,9 +190,7 @@ async def test_a_resumed_stream_of_a_task_that_ended_meanwhile_sends_what_is_lef
     await asyncio.to_thread(advance.complete, task_id)
     async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}, last_event_id=2) as stream:
         resumed = await stream.rest()
-    assert [(e.id, r) for e, r in zip(resumed, results(resumed), strict=True)] == visible(
-        store, task_id, after=2
-    )
+    assert pairs(resumed) == visible(store, task_id, after=2)
     last = resumed[-1].id
     async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}, last_event_id=last) as stream:
         assert await stream.rest() == []
@@ -232,7 +227,7 @@ async def test_two_streams_on_one_task_get_the_same_events_and_closing_one_leave
         await asyncio.to_thread(advance.complete, task_id)
         one, two = await asyncio.gather(first.rest(), second.rest())
     assert [(e.id, e.data) for e in one] == [(e.id, e.data) for e in two]
-    assert [(e.id, r) for e, r in zip(one, results(one), strict=True)] == visible(store, task_id, after=2)
+    assert pairs(one) == visible(store, task_id, after=2)
 
 
 async def test_a_client_that_goes_away_cancels_nothing(
@@ -296,9 +291,7 @@ async def test_a_reader_that_stops_reading_is_closed_past_the_limit_and_resumes_
         ) as again:
             resumed = await again.rest(timeout=30)
     everything = frames + resumed
-    assert [(e.id, r) for e, r in zip(everything, results(everything), strict=True)] == visible(
-        store, task_id, after=2
-    )
+    assert pairs(everything) == visible(store, task_id, after=2)
     assert state_of(results(resumed)[-1]) == "TASK_STATE_COMPLETED"
 
 

@@ -22,7 +22,7 @@ import httpx
 
 from api.sse import SseEvent
 from store.application import TaskApplication
-from tests.api.streams_support import A2A_HEADERS, open_stream, results, state_of
+from tests.api.streams_support import A2A_HEADERS, open_stream, pairs, results, state_of
 from tests.api.test_streams import visible
 from tests.crash.cluster import STARTUP_TIMEOUT, Cluster, user_message
 from tests.support.processes import wait_until
@@ -30,12 +30,17 @@ from tests.support.processes import wait_until
 CHUNKS = 30
 
 
-def test_a_stream_resumes_on_another_gateway_after_its_gateway_was_killed(
-    cluster: Cluster, store: TaskApplication
-) -> None:
+def _relay_and_worker(cluster: Cluster) -> None:
+    """Start the relay (returning once it leads) and a worker."""
     relay = cluster.start(["relay"])
     wait_until(lambda: "relay is the leader" in relay.log(), STARTUP_TIMEOUT, "the relay to lead")
     cluster.worker()
+
+
+def test_a_stream_resumes_on_another_gateway_after_its_gateway_was_killed(
+    cluster: Cluster, store: TaskApplication
+) -> None:
+    _relay_and_worker(cluster)
     first_url = cluster.gateway()
     second_url = cluster.gateway()
     gateway_a = cluster.processes[-2]
@@ -69,9 +74,7 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_was_killed(
     assert before[0].id == 1
     assert state_of(before[0].data["result"]) == "TASK_STATE_SUBMITTED"
     received = before[1:] + after
-    assert [(e.id, r) for e, r in zip(received, results(received), strict=True)] == visible(
-        store, task_id, after=1
-    )
+    assert pairs(received) == visible(store, task_id, after=1)
     assert state_of(results(after)[-1]) == "TASK_STATE_COMPLETED"
     updates = [r["artifactUpdate"] for r in results(received) if "artifactUpdate" in r]
     assert len(updates) == CHUNKS
@@ -82,9 +85,7 @@ def test_a_stream_resumes_on_another_gateway_after_its_gateway_was_killed(
 def test_the_research_skill_streams_its_question_then_its_report_in_chunks(
     cluster: Cluster, store: TaskApplication
 ) -> None:
-    relay = cluster.start(["relay"])
-    wait_until(lambda: "relay is the leader" in relay.log(), STARTUP_TIMEOUT, "the relay to lead")
-    cluster.worker()
+    _relay_and_worker(cluster)
     url = cluster.gateway()
     first = {**user_message({"chunks": 4}, text="tides"), "metadata": {"skill": "research"}}
 
@@ -111,9 +112,7 @@ def test_the_research_skill_streams_its_question_then_its_report_in_chunks(
     ]
     task_id = UUID(asked[0].data["result"]["task"]["id"])
     assert state_of(results(report)[0]) == "TASK_STATE_WORKING"  # the answer's snapshot
-    assert [(e.id, r) for e, r in zip(report[1:], results(report[1:]), strict=True)] == visible(
-        store, task_id, after=report[0].id or 0
-    )
+    assert pairs(report[1:]) == visible(store, task_id, after=report[0].id or 0)
     updates = [r["artifactUpdate"] for r in results(report) if "artifactUpdate" in r]
     assert [(u.get("append", False), u.get("lastChunk", False)) for u in updates] == [
         (False, False),
