@@ -29,8 +29,7 @@ from api.errors import (
 )
 from api.service import A2AService
 from api.sse import Frame
-from api.sse import last_event_id as sse_last_event_id
-from api.streams import TaskStreams
+from api.streams import STREAM_METHODS, TaskStreams
 from api.wire import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -40,7 +39,6 @@ from api.wire import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
-    SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     WireModel,
     parse_params,
@@ -115,14 +113,12 @@ async def handle_jsonrpc(
         request_id = _usable_id(document)
         envelope = _envelope(document)
         check_version(a2a_version)
-        opener = STREAM_METHODS.get(envelope.method)
-        if opener is not None:
-            if streams is None or not streams.available:
+        if envelope.method in STREAM_METHODS:
+            if streams is None:
                 raise UnsupportedOperationError(
                     f"{envelope.method} is not available on this gateway (capabilities.streaming is false)"
                 )
-            frames = await opener(streams, envelope.params, sse_last_event_id(last_event_id))
-            return RpcStream(request_id, frames)
+            return RpcStream(request_id, await streams.open(envelope.method, envelope.params, last_event_id))
         result = await _dispatch(service, envelope.method, envelope.params)
     except A2AError as error:
         return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()})
@@ -211,27 +207,6 @@ METHODS: dict[str, Handler] = {
     "DeleteTaskPushNotificationConfig": _method(
         DeleteTaskPushNotificationConfigRequest, "delete_push_config"
     ),
-}
-
-
-StreamOpener = Callable[[TaskStreams, Params, int | None], Awaitable[AsyncIterator[Frame]]]
-
-
-async def _send_streaming(
-    streams: TaskStreams, params: Params, last_event_id: int | None
-) -> AsyncIterator[Frame]:
-    request = parse_params(SendMessageRequest, params)
-    return await streams.send_streaming_message(request, last_event_id=last_event_id)
-
-
-async def _subscribe(streams: TaskStreams, params: Params, last_event_id: int | None) -> AsyncIterator[Frame]:
-    request = parse_params(SubscribeToTaskRequest, params)
-    return await streams.subscribe_to_task(request, last_event_id=last_event_id)
-
-
-STREAM_METHODS: dict[str, StreamOpener] = {
-    "SendStreamingMessage": _send_streaming,
-    "SubscribeToTask": _subscribe,
 }
 
 

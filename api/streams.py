@@ -30,8 +30,9 @@ from typing import Any
 from api.errors import InvalidParamsError, SlowReaderError, UnsupportedOperationError
 from api.service import A2AService
 from api.sse import Frame
+from api.sse import last_event_id as last_event_id_of
 from api.task_feed import PAGE, FeedOverflowError, StoreLog, TaskFeed
-from api.wire import SendMessageRequest, SubscribeToTaskRequest
+from api.wire import SendMessageRequest, SubscribeToTaskRequest, parse_params
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from projections.stream_response import stream_response
@@ -46,6 +47,9 @@ NO_FEED = (
     "is not available on this gateway: streams follow the relay's NATS messages and need "
     "LONGHAUL_STORE=postgres and LONGHAUL_NATS_URL (capabilities.streaming is false)"
 )
+
+STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+"""The methods answered with a stream (``TaskStreams.open``)."""
 
 ENDS_STREAM = frozenset(str(state) for state in TERMINAL | INTERRUPTED)
 """The wire states after which a stream ends."""
@@ -81,6 +85,26 @@ class TaskStreams:
         if self._feed is None or self._log is None:
             raise UnsupportedOperationError(f"{method} {NO_FEED}")
         return self._feed, self._log
+
+    async def open(self, method: str, params: Any, last_event_id: str | None) -> AsyncIterator[Frame]:
+        """One streaming method's frames, for any binding; refusals raise before any frame.
+
+        ``params`` (JSON) are checked as the method's request, the ``Last-Event-ID`` header is
+        read, the method's commit is made. A binding assembles ``params`` (JSON-RPC: the
+        request's params; HTTP+JSON: the body, or the task id and tenant from the path) and
+        writes the frames with ``api.sse.sse_response``.
+        """
+        self._sources(method)  # a gateway that does not stream says so before it reads anything
+        after = last_event_id_of(last_event_id)
+        if method == "SendStreamingMessage":
+            return await self.send_streaming_message(
+                parse_params(SendMessageRequest, params), last_event_id=after
+            )
+        if method == "SubscribeToTask":
+            return await self.subscribe_to_task(
+                parse_params(SubscribeToTaskRequest, params), last_event_id=after
+            )
+        raise ValueError(f"{method} is not a streaming method ({', '.join(sorted(STREAM_METHODS))})")
 
     async def send_streaming_message(
         self, request: SendMessageRequest, *, last_event_id: int | None = None
