@@ -183,6 +183,25 @@ async def test_a_reconnect_with_last_event_id_gets_every_event_after_it_once_in_
     assert pairs(everything) == visible(store, task_id, after=2)
 
 
+async def test_send_streaming_message_sent_again_with_last_event_id_resumes_its_task(
+    http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+) -> None:
+    params = {"message": user_message("once")}
+    async with open_stream(http, "SendStreamingMessage", params) as stream:
+        first = await stream.next()
+        task_id = UUID(first.data["result"]["task"]["id"])
+        await asyncio.to_thread(advance.start, task_id)
+        working = await stream.next()
+    await asyncio.to_thread(advance.complete, task_id)
+    version = (await asyncio.to_thread(store.get, task_id)).version
+
+    async with open_stream(http, "SendStreamingMessage", params, last_event_id=working.id) as again:
+        resumed = await again.rest()
+
+    assert pairs([working, *resumed]) == visible(store, task_id, after=1)
+    assert (await asyncio.to_thread(store.get, task_id)).version == version  # the resend appended nothing
+
+
 async def test_a_resumed_stream_of_a_task_that_ended_meanwhile_sends_what_is_left_and_ends(
     http: httpx.AsyncClient, store: TaskApplication, advance: Advance
 ) -> None:
