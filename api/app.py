@@ -132,16 +132,17 @@ def create_app(
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
     )
+    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
     streams = TaskStreams(
         service,
         feed,
         StoreLog(store) if feed is not None else None,
         max_pending=stream_max_pending,
+        metrics=metrics_registry,
     )
     card = card_document(
         build_agent_card(registry, public_url, streaming=streams.available), modified=clock()
     )
-    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
     state = State(
         {
             "service": service,

@@ -27,6 +27,8 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from api.errors import InvalidParamsError, SlowReaderError, UnsupportedOperationError
 from api.service import A2AService
 from api.sse import Frame
@@ -55,6 +57,35 @@ ENDS_STREAM = frozenset(str(state) for state in TERMINAL | INTERRUPTED)
 """The wire states after which a stream ends."""
 
 
+class StreamMetrics:
+    """This gateway process's streams, in its ``/metrics`` registry (``docs/operations.md``)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.open = Gauge(
+            "longhaul_streams_open", "SSE streams this gateway process is sending now.", registry=registry
+        )
+        self.cut_slow = Counter(
+            "longhaul_streams_cut_slow",
+            "SSE streams this gateway process closed because their reader fell too far behind.",
+            registry=registry,
+        )
+
+    async def counted(self, frames: AsyncIterator[Frame]) -> AsyncGenerator[Frame, None]:
+        """``frames``, counted as an open stream while they are read."""
+        self.open.inc()
+        try:
+            async for item in frames:
+                yield item
+        except SlowReaderError:
+            self.cut_slow.inc()
+            raise
+        finally:
+            self.open.dec()
+            close = getattr(frames, "aclose", None)
+            if close is not None:
+                await close()
+
+
 class TaskStreams:
     """SendStreamingMessage and SubscribeToTask over ``service`` and a task ``feed``.
 
@@ -69,7 +100,9 @@ class TaskStreams:
         store_log: StoreLog | None,
         *,
         max_pending: int = DEFAULT_MAX_PENDING,
+        metrics: CollectorRegistry | None = None,
     ) -> None:
+        self._metrics = StreamMetrics(metrics)
         self._service = service
         self._feed = feed
         self._log = store_log
@@ -97,13 +130,11 @@ class TaskStreams:
         self._sources(method)  # a gateway that does not stream says so before it reads anything
         after = last_event_id_of(last_event_id)
         if method == "SendStreamingMessage":
-            return await self.send_streaming_message(
-                parse_params(SendMessageRequest, params), last_event_id=after
-            )
+            request = parse_params(SendMessageRequest, params)
+            return self._metrics.counted(await self.send_streaming_message(request, last_event_id=after))
         if method == "SubscribeToTask":
-            return await self.subscribe_to_task(
-                parse_params(SubscribeToTaskRequest, params), last_event_id=after
-            )
+            subscribe = parse_params(SubscribeToTaskRequest, params)
+            return self._metrics.counted(await self.subscribe_to_task(subscribe, last_event_id=after))
         raise ValueError(f"{method} is not a streaming method ({', '.join(sorted(STREAM_METHODS))})")
 
     async def send_streaming_message(

@@ -309,9 +309,29 @@ async def test_a_reader_that_stops_reading_is_closed_past_the_limit_and_resumes_
             slow, "SubscribeToTask", {"id": str(task_id)}, last_event_id=frames[-1].id
         ) as again:
             resumed = await again.rest(timeout=30)
+        metrics = await _metrics_once_closed(slow)
+    assert "longhaul_streams_cut_slow_total 1.0" in metrics
     everything = frames + resumed
     assert pairs(everything) == visible(store, task_id, after=2)
     assert state_of(results(resumed)[-1]) == "TASK_STATE_COMPLETED"
+
+
+async def _metrics_once_closed(client: httpx.AsyncClient) -> str:
+    """The gateway's ``/metrics`` once it counts no open stream (it closes them as clients end)."""
+    async with asyncio.timeout(5):
+        while "longhaul_streams_open 0.0" not in (text := (await client.get("/metrics")).text):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return text
+
+
+async def test_open_streams_are_counted(http: httpx.AsyncClient, advance: Advance) -> None:
+    task_id = await _started(http, advance)
+    async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}) as stream:
+        await stream.next()
+        during = (await http.get("/metrics")).text
+    assert "longhaul_streams_open 1.0" in during
+    after = await _metrics_once_closed(http)
+    assert "longhaul_streams_cut_slow_total 0.0" in after
 
 
 async def test_the_card_says_streaming_only_with_a_feed(
