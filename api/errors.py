@@ -168,6 +168,16 @@ class ResourceExhaustedError(A2AError):
     default_message = "Too many requests in flight; retry after the Retry-After delay"
 
 
+class SlowReaderError(A2AError):
+    """A stream's client read too slowly: the stream was closed; it resumes with ``Last-Event-ID``.
+
+    Sent only as the last frame of a stream (``api.streams``), never before one.
+    """
+
+    code, reason, http_status, grpc_status = -32603, "SLOW_READER", 503, "UNAVAILABLE"
+    default_message = "The stream was closed because the client read it too slowly"
+
+
 KEPT_CHANGING = "the task kept changing while this request ran; retry it"
 
 

@@ -29,6 +29,7 @@ from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromPath
+from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.agent_card import REST_PATH
@@ -45,6 +46,8 @@ from api.errors import (
 )
 from api.jsonrpc import UNSUPPORTED_METHODS, check_version
 from api.service import A2AService
+from api.sse import rest_envelope, sse_response
+from api.streams import TaskStreams
 from api.wire import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -169,25 +172,29 @@ async def get_extended_agent_card(request: AnyRequest, tenant: Tenant = None) ->
     return await _unsupported(request, "GetExtendedAgentCard")
 
 
-# The streaming methods (SSE) are not served yet; they answer as JSON-RPC does.
+# The streaming methods answer ``text/event-stream`` (``api.sse``), the same streams as JSON-RPC's.
 
 
 @post(routes("/message/:stream"))
-async def send_streaming_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
-    """SendStreamingMessage: not yet."""
-    return await _unsupported(request, "SendStreamingMessage")
+async def send_streaming_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes] | Stream:
+    """SendStreamingMessage: the body is a SendMessageRequest; the task's events as SSE."""
+    return await _stream(request, tenant, "SendStreamingMessage", source="body")
 
 
 @get(routes("/tasks/{task_id:str}/:subscribe"))
-async def subscribe_get(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
-    """SubscribeToTask (GET, as the proto annotates it): not yet."""
-    return await _unsupported(request, "SubscribeToTask")
+async def subscribe_get(
+    request: AnyRequest, task_id: PathText, tenant: Tenant = None
+) -> Response[bytes] | Stream:
+    """SubscribeToTask (GET, as the proto annotates it)."""
+    return await _stream(request, tenant, "SubscribeToTask", path={"id": task_id})
 
 
 @post(routes("/tasks/{task_id:str}/:subscribe"))
-async def subscribe_post(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
-    """SubscribeToTask (POST, as the prose specification and the SDK client send it): not yet."""
-    return await _unsupported(request, "SubscribeToTask")
+async def subscribe_post(
+    request: AnyRequest, task_id: PathText, tenant: Tenant = None
+) -> Response[bytes] | Stream:
+    """SubscribeToTask (POST, as the prose specification and the SDK client send it; any body)."""
+    return await _stream(request, tenant, "SubscribeToTask", path={"id": task_id}, source="optional body")
 
 
 HANDLERS = [
@@ -228,12 +235,7 @@ async def _serve(
     Never raises: every failure is a Status body; an unexpected one is a logged 500 without internals.
     """
     try:
-        params = _query(request) if source == "query" else await _body(request, optional=source != "body")
-        params.update(path or {})
-        named = tenant if tenant is not None else params.get("tenant")
-        if named is None or isinstance(named, str):  # else the model refuses it
-            params["tenant"] = caller_tenant(request, named)
-        check_version(requested_version(request))
+        params = await _params(request, tenant, path, source)
         use: Callable[[WireModel], Awaitable[JSON]] = getattr(_service(request), method)
         result = await use(parse_params(model, params))
     except A2AError as error:
@@ -242,6 +244,42 @@ async def _serve(
         log.exception("HTTP+JSON %s %s failed", request.method, request.url.path)
         return error_response(request, InternalError())
     return _respond(request, result, 200)
+
+
+async def _stream(
+    request: AnyRequest,
+    tenant: str | None,
+    method: str,
+    *,
+    path: JSON | None = None,
+    source: Source = "query",
+) -> Response[bytes] | Stream:
+    """Open one streaming method (``api.streams``): refusals are Status bodies, then SSE frames."""
+    try:
+        params = await _params(request, tenant, path, source)
+        streams: TaskStreams = request.app.state.streams
+        last_event_id = request.headers.get("last-event-id")
+        frames = await streams.open(
+            method, params, last_event_id, lambda named: caller_tenant(request, named)
+        )
+    except A2AError as error:
+        return error_response(request, error)
+    except Exception:
+        log.exception("HTTP+JSON %s %s failed", request.method, request.url.path)
+        return error_response(request, InternalError())
+    envelope = rest_envelope(lambda error: error.to_status())
+    return sse_response(frames, envelope, request.app.state.keepalive_s)
+
+
+async def _params(request: AnyRequest, tenant: str | None, path: JSON | None, source: Source) -> JSON:
+    """A call's params: from ``source``, the ``path``'s over them, the caller's tenant; version checked."""
+    params = _query(request) if source == "query" else await _body(request, optional=source != "body")
+    params.update(path or {})
+    named = tenant if tenant is not None else params.get("tenant")
+    if named is None or isinstance(named, str):  # else the model refuses it
+        params["tenant"] = caller_tenant(request, named)
+    check_version(requested_version(request))
+    return params
 
 
 async def _unsupported(request: AnyRequest, method: str) -> Response[bytes]:

@@ -209,6 +209,13 @@ class CancelTaskRequest(WireModel):
     tenant: StrictStr | None = None
 
 
+class SubscribeToTaskRequest(WireModel):
+    """Params of ``SubscribeToTask``."""
+
+    id: StrictStr = Field(min_length=1)
+    tenant: StrictStr | None = None
+
+
 class GetTaskPushNotificationConfigRequest(WireModel):
     """Params of ``GetTaskPushNotificationConfig``."""
 

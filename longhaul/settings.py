@@ -151,6 +151,16 @@ class Settings(BaseSettings):
             " checks), or application/a2a+json (what A2A 1.0.1 recommends)."
         ),
     )
+    stream_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds of silence after which an SSE stream sends a keep-alive comment.",
+    )
+    stream_max_pending: int = Field(
+        default=1000,
+        ge=1,
+        description="Events that may wait for one slow SSE reader before its stream is closed.",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
