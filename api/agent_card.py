@@ -26,6 +26,7 @@ from domain.skill import Skill, SkillRegistry
 JSON = dict[str, Any]
 
 JSONRPC_PATH = "/a2a/jsonrpc"
+REST_PATH = "/a2a/rest"
 MEDIA_MODES = ["text/plain", "application/json"]
 CACHE_CONTROL = "public, max-age=300"
 DURABILITY_EXTENSION = "urn:longhaul:a2a:durability:v1"
@@ -82,19 +83,17 @@ def build_agent_card(
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
         newest[skill.name] = skill
+    base = public_url.rstrip("/")
     card: JSON = {
         "name": "longhaul",
         "description": (
             "Durable runtime for long-running A2A tasks: every step is committed to an append-only "
             "log, so tasks survive restarts and pauses of several days."
         ),
-        "version": _package_version(),
+        "version": package_version(),
         "supportedInterfaces": [
-            {
-                "url": public_url.rstrip("/") + JSONRPC_PATH,
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": "1.0",
-            }
+            {"url": base + JSONRPC_PATH, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": base + REST_PATH, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         ],
         "capabilities": {
             "streaming": policy.streaming,
@@ -168,7 +167,8 @@ def _skill_entry(skill: Skill) -> JSON:
     }
 
 
-def _package_version() -> str:
+def package_version() -> str:
+    """The installed ``longhaul`` package's version."""
     try:
         return version("longhaul")
     except PackageNotFoundError:

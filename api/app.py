@@ -1,4 +1,4 @@
-"""The Litestar gateway: the agent card and the A2A JSON-RPC endpoint.
+"""The Litestar gateway: the agent card and the A2A JSON-RPC and HTTP+JSON bindings.
 
 The app holds no task state: every request reads and appends through the event store, so any
 number of gateways can serve the same store.
@@ -8,41 +8,50 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.response import Stream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.agent_card import (
     CACHE_CONTROL,
     JSONRPC_PATH,
+    REST_PATH,
     CardDocument,
     DurabilityPolicy,
     build_agent_card,
     card_document,
+    package_version,
 )
 from api.api_keys import KeyRing
 from api.authentication import PUBLIC, Authenticate, caller_tenant
-from api.errors import InvalidRequestError, RequestTooLargeError
-from api.jsonrpc import RpcAnswer, error_answer, handle_jsonrpc
+from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
+from api.errors import A2AError
+from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import GatewayLoadCollector, gateway_registry
 from api.overload import DEFAULT_LIMIT, UNLIMITED, LimitInFlight
+from api.rest import RestOpenAPI, RestSettings, rest_router, route_error, route_verbs
 from api.service import A2AService
+from api.sse import jsonrpc_envelope, sse_response
+from api.streams import DEFAULT_MAX_PENDING, TaskStreams
+from api.task_feed import StoreLog, TaskFeed
 from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
 from projections.task_view import open_view
 from store.application import TaskApplication
 
-MAX_BODY_BYTES = 1024 * 1024
-"""Largest JSON-RPC request body accepted (1 MiB); a larger one gets an error, never a 500."""
-
 JSON_MEDIA_TYPE = "application/json"
 
 OPEN_ROUTE = {PUBLIC: True, UNLIMITED: True}
 """The ``opt`` of routes anyone may call, at any load: no key checked, not counted in flight."""
+
+DEFAULT_KEEPALIVE_S = 15.0
+"""Seconds an idle stream waits before a ``: keepalive`` comment (``LONGHAUL_STREAM_KEEPALIVE_SECONDS``)."""
 
 
 @get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False, opt=OPEN_ROUTE)
@@ -55,24 +64,26 @@ def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
     return Response(content=card.body, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
-@post(JSONRPC_PATH, operation_id="jsonrpc", request_max_body_size=MAX_BODY_BYTES)
-async def jsonrpc(request: Request[object, object, State]) -> Response[bytes]:
-    """One A2A JSON-RPC call."""
+@post(JSONRPC_PATH, operation_id="jsonrpc")
+async def jsonrpc(request: Request[object, object, State]) -> Response[bytes] | Stream:
+    """One A2A JSON-RPC call; the streaming methods answer ``text/event-stream`` (``api.sse``)."""
     service: A2AService = request.app.state.service
+    rest: RestSettings = request.app.state.rest
     try:
-        body = await request.body()
-    except RequestEntityTooLarge:
-        too_large = RequestTooLargeError(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
-        return _respond(error_answer(too_large))
-    except ClientException as error:  # e.g. an invalid Content-Length
-        return _respond(error_answer(InvalidRequestError(f"unreadable request: {error.detail}")))
+        body = await read_body(request, limit=rest.max_body_bytes)
+    except A2AError as error:  # too large, or unreadable (an invalid Content-Length)
+        return _respond(error_answer(error))
     answer = await handle_jsonrpc(
         service,
         body=body,
         content_type=request.headers.get("content-type"),
-        a2a_version=request.headers.get("a2a-version") or request.query_params.get("A2A-Version"),
+        a2a_version=requested_version(request),
         tenant_of=lambda named: caller_tenant(request, named),
+        streams=request.app.state.streams,
+        last_event_id=request.headers.get("last-event-id"),
     )
+    if isinstance(answer, RpcStream):
+        return sse_response(answer.frames, jsonrpc_envelope(answer.request_id), request.app.state.keepalive_s)
     return _respond(answer)
 
 
@@ -105,6 +116,11 @@ def create_app(
     retention_overridden: bool = False,
     api_keys: KeyRing | None = None,
     max_in_flight: int = DEFAULT_LIMIT,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    rest_media_type: str = JSON_MEDIA_TYPE,
+    feed: TaskFeed | None = None,
+    stream_keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    stream_max_pending: int = DEFAULT_MAX_PENDING,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -121,6 +137,11 @@ def create_app(
     ``api_keys`` are the bearer keys callers authenticate with, each mapped to its tenant
     (``api.authentication``); without them every caller is the open development tenant.
     Past ``max_in_flight`` requests in flight a request is answered 429 (``api.overload``).
+    ``max_body_bytes`` bounds a request body on both bindings; ``rest_media_type`` is the
+    Content-Type of the HTTP+JSON binding's answers.
+    With a task ``feed`` (NATS, over a PostgreSQL store) the gateway streams
+    (``api.streams``): a comment every ``stream_keepalive_s`` on an idle stream, and a stream
+    closed when more than ``stream_max_pending`` events wait for its reader.
     """
     service = A2AService(
         store=store,
@@ -132,21 +153,60 @@ def create_app(
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
     )
+    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
+    streams = TaskStreams(
+        service,
+        feed,
+        StoreLog(store) if feed is not None else None,
+        max_pending=stream_max_pending,
+        metrics=metrics_registry,
+    )
     policy = DurabilityPolicy(
-        retention=retention, max_pause=max_pause, retention_overridden=retention_overridden
+        retention=retention,
+        max_pause=max_pause,
+        retention_overridden=retention_overridden,
+        streaming=streams.available,
     )
     card = card_document(
         build_agent_card(registry, public_url, policy, bearer=api_keys is not None), modified=clock()
     )
-    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
     limit, authenticate = LimitInFlight(max_in_flight), Authenticate(api_keys)
     metrics_registry.register(GatewayLoadCollector(limit, authenticate))
-    state = State({"service": service, "card": card, "max_pause": max_pause, "metrics": metrics_registry})
+    rest = RestSettings(media_type=rest_media_type, max_body_bytes=max_body_bytes)
+    state = State(
+        {
+            "service": service,
+            "streams": streams,
+            "keepalive_s": stream_keepalive_s,
+            "card": card,
+            "max_pause": max_pause,
+            "metrics": metrics_registry,
+            "rest": rest,
+        }
+    )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
-    return Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics],
+    app = Litestar(
+        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router()],
         middleware=[limit, authenticate],
         state=state,
         debug=False,
         logging_config=None,
+        request_max_body_size=max_body_bytes,
+        exception_handlers={HTTPException: _http_error},
+        openapi_config=OpenAPIConfig(
+            title="longhaul", version=package_version(), path="/schema", render_plugins=[RestOpenAPI()]
+        ),
+    )
+    app.asgi_handler = route_verbs(app.asgi_handler)
+    return app
+
+
+def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Response[Any]:
+    """Litestar's refusals (no such route, method not allowed): Status bodies on the HTTP+JSON binding."""
+    if request.url.path.startswith(REST_PATH + "/"):
+        return route_error(request, error)
+    return Response(
+        content={"status_code": error.status_code, "detail": error.detail},
+        status_code=error.status_code,
+        headers=error.headers,
     )

@@ -12,6 +12,7 @@ Routes whose handler has ``opt={"public": True}`` (the agent card, ``/metrics``)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,10 @@ class Authenticate(ASGIMiddleware):
             caller = Caller(tenant=key.tenant, key_id=key.key_id)
         scope.setdefault("state", {})[CALLER] = caller
         await next_app(scope, receive, send)
+
+
+TenantOf = Callable[[str | None], str]
+"""The tenant a method runs as, given the tenant its params name (``caller_tenant`` of a request)."""
 
 
 def caller_tenant(connection: ASGIConnection[Any, Any, Any, Any], named: str | None) -> str:

@@ -15,23 +15,12 @@ from litestar.types import Scope, Send
 from api.agent_card import JSONRPC_PATH
 from api.errors import A2AError
 
-STATUS_NAMES = {401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED"}
-"""The ``google.rpc.Code`` name of each HTTP status answered here."""
-
 
 def refusal_body(path: str, error: A2AError) -> dict[str, Any]:
     """The body refusing a request to ``path`` with ``error``, in the path's binding."""
-    jsonrpc = error.to_jsonrpc()
     if path.rstrip("/") == JSONRPC_PATH:
-        return {"jsonrpc": "2.0", "id": None, "error": jsonrpc}
-    return {
-        "error": {
-            "code": error.http_status,
-            "status": STATUS_NAMES[error.http_status],
-            "message": error.message,
-            "details": jsonrpc["data"],
-        }
-    }
+        return {"jsonrpc": "2.0", "id": None, "error": error.to_jsonrpc()}
+    return error.to_status()
 
 
 async def send_refusal(scope: Scope, send: Send, error: A2AError, headers: Mapping[str, str]) -> None:

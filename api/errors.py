@@ -4,7 +4,9 @@ Every error the gateway answers with is an ``A2AError``: a JSON-RPC code, a read
 an ``ErrorInfo`` reason (``google.rpc.ErrorInfo``, domain ``a2a-protocol.org``). The reason is the
 error type in UPPER_SNAKE_CASE without the ``Error`` suffix, as the specification names it; the
 JSON-RPC standard errors follow the same rule. An error object has exactly ``code``, ``message``
-and ``data`` (the A2A TCK checks that no other member appears).
+and ``data`` (the A2A TCK checks that no other member appears). The HTTP+JSON binding answers the
+same error as a ``google.rpc.Status`` body (``to_status``): the HTTP status, its gRPC status name,
+the message, and the same details.
 
 ``a2a_error_of`` translates the application's refusals (``store.errors``) into these.
 """
@@ -27,6 +29,7 @@ class A2AError(Exception):
     code: ClassVar[int] = -32603
     reason: ClassVar[str] = "INTERNAL"
     http_status: ClassVar[int] = 500
+    grpc_status: ClassVar[str] = "INTERNAL"
     default_message: ClassVar[str] = "Internal error"
 
     def __init__(self, message: str | None = None, *, details: Sequence[dict[str, Any]] = ()) -> None:
@@ -36,20 +39,30 @@ class A2AError(Exception):
 
     def to_jsonrpc(self) -> dict[str, Any]:
         """The JSON-RPC ``error`` member: ``{code, message, data}``."""
+        return {"code": self.code, "message": self.message, "data": self._details()}
+
+    def to_status(self) -> dict[str, Any]:
+        """The HTTP+JSON error body: ``{"error": google.rpc.Status}`` (AIP-193)."""
+        status = {"code": self.http_status, "status": self.grpc_status, "message": self.message}
+        return {"error": {**status, "details": self._details()}}
+
+    def _details(self) -> list[dict[str, Any]]:
         info = {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": ERROR_DOMAIN, "metadata": {}}
-        return {"code": self.code, "message": self.message, "data": [info, *self.details]}
+        return [info, *self.details]
 
 
 class JSONParseError(A2AError):
     """The body is not JSON."""
 
     code, reason, http_status, default_message = -32700, "JSON_PARSE", 400, "Invalid JSON payload"
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class InvalidRequestError(A2AError):
     """The body is JSON but not a JSON-RPC 2.0 request we answer."""
 
     code, reason, http_status, default_message = -32600, "INVALID_REQUEST", 400, "Invalid JSON-RPC request"
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class RequestTooLargeError(InvalidRequestError):
@@ -62,12 +75,20 @@ class MethodNotFoundError(A2AError):
     """The method is not an A2A 1.0 method."""
 
     code, reason, http_status, default_message = -32601, "METHOD_NOT_FOUND", 404, "Method not found"
+    grpc_status = "NOT_FOUND"
+
+
+class MethodNotAllowedError(MethodNotFoundError):
+    """An HTTP+JSON route exists, but not with this HTTP method (answered with HTTP 405)."""
+
+    http_status, grpc_status = 405, "UNIMPLEMENTED"
 
 
 class InvalidParamsError(A2AError):
     """The params do not validate, or name something impossible (an unknown skill...)."""
 
     code, reason, http_status, default_message = -32602, "INVALID_PARAMS", 400, "Invalid parameters"
+    grpc_status = "INVALID_ARGUMENT"
 
     @classmethod
     def with_violations(cls, message: str, violations: Sequence[tuple[str, str]]) -> InvalidParamsError:
@@ -87,18 +108,21 @@ class TaskNotFoundError(A2AError):
     """No visible task has this id (missing, expired or another tenant's: never distinguished)."""
 
     code, reason, http_status, default_message = -32001, "TASK_NOT_FOUND", 404, "Task not found"
+    grpc_status = "NOT_FOUND"
 
 
 class TaskNotCancelableError(A2AError):
     """The task is terminal."""
 
     code, reason, http_status, default_message = -32002, "TASK_NOT_CANCELABLE", 400, "Task cannot be canceled"
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class PushNotificationNotSupportedError(A2AError):
     """The agent card declares no push notifications."""
 
     code, reason, http_status = -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 400
+    grpc_status = "FAILED_PRECONDITION"
     default_message = "Push notifications are not supported"
 
 
@@ -106,6 +130,7 @@ class UnsupportedOperationError(A2AError):
     """The operation is not possible here, or not on this task in its state."""
 
     code, reason, http_status = -32004, "UNSUPPORTED_OPERATION", 400
+    grpc_status = "FAILED_PRECONDITION"
     default_message = "This operation is not supported"
 
 
@@ -113,6 +138,7 @@ class ContentTypeNotSupportedError(A2AError):
     """The request (or a part) has a media type we do not accept."""
 
     code, reason, http_status = -32005, "CONTENT_TYPE_NOT_SUPPORTED", 400
+    grpc_status = "INVALID_ARGUMENT"
     default_message = "Incompatible content types"
 
 
@@ -120,6 +146,7 @@ class VersionNotSupportedError(A2AError):
     """The client asked for an A2A version other than 1.0."""
 
     code, reason, http_status = -32009, "VERSION_NOT_SUPPORTED", 400
+    grpc_status = "FAILED_PRECONDITION"
     default_message = "A2A version not supported"
 
 
@@ -130,15 +157,25 @@ class UnauthenticatedError(A2AError):
     server errors, and ErrorInfo tells it apart (the A2A errors use -32001 and up).
     """
 
-    code, reason, http_status = -32000, "UNAUTHENTICATED", 401
+    code, reason, http_status, grpc_status = -32000, "UNAUTHENTICATED", 401, "UNAUTHENTICATED"
     default_message = "Authentication required: send Authorization: Bearer <API key>"
 
 
 class ResourceExhaustedError(A2AError):
     """The gateway has as many requests in flight as it takes (HTTP 429 with ``Retry-After``)."""
 
-    code, reason, http_status = -32000, "RESOURCE_EXHAUSTED", 429
+    code, reason, http_status, grpc_status = -32000, "RESOURCE_EXHAUSTED", 429, "RESOURCE_EXHAUSTED"
     default_message = "Too many requests in flight; retry after the Retry-After delay"
+
+
+class SlowReaderError(A2AError):
+    """A stream's client read too slowly: the stream was closed; it resumes with ``Last-Event-ID``.
+
+    Sent only as the last frame of a stream (``api.streams``), never before one.
+    """
+
+    code, reason, http_status, grpc_status = -32603, "SLOW_READER", 503, "UNAVAILABLE"
+    default_message = "The stream was closed because the client read it too slowly"
 
 
 KEPT_CHANGING = "the task kept changing while this request ran; retry it"

@@ -8,26 +8,27 @@ in this order: content type, JSON, envelope, A2A version, method, params.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from api.authentication import TenantOf
+from api.bodies import check_content_type, parse_json
 from api.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
     InternalError,
     InvalidRequestError,
-    JSONParseError,
     MethodNotFoundError,
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
 from api.service import A2AService
+from api.sse import Frame
+from api.streams import STREAM_METHODS, TaskStreams
 from api.wire import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -49,13 +50,8 @@ Params = JSON | list[Any] | None
 log = logging.getLogger(__name__)
 
 SUPPORTED_VERSION = re.compile(r"1\.0(\.\d+)?")
-JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
 
-NOT_YET = "is not yet supported by this agent"
-NO_STREAMING = "(capabilities.streaming is false)"
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "SendStreamingMessage": f"SendStreamingMessage {NOT_YET} {NO_STREAMING}; use SendMessage",
-    "SubscribeToTask": f"SubscribeToTask {NOT_YET} {NO_STREAMING}; poll GetTask instead",
     "GetExtendedAgentCard": "GetExtendedAgentCard is not supported: this agent has no extended agent card",
 }
 
@@ -66,6 +62,14 @@ class RpcAnswer:
 
     body: JSON
     http_status: int = 200
+
+
+@dataclass(frozen=True)
+class RpcStream:
+    """A streaming method's answer: its frames, each to be sent as a JSON-RPC response over SSE."""
+
+    request_id: RequestId
+    frames: AsyncIterator[Frame]
 
 
 def check_version(value: str | None) -> None:
@@ -84,10 +88,6 @@ def check_version(value: str | None) -> None:
         raise VersionNotSupportedError(f"A2A version {requested!r} is not supported; this agent speaks 1.0")
 
 
-TenantOf = Callable[[str | None], str]
-"""The tenant a method runs as, given the tenant its params name (``api.authentication.caller_tenant``)."""
-
-
 async def handle_jsonrpc(
     service: A2AService,
     *,
@@ -95,15 +95,31 @@ async def handle_jsonrpc(
     content_type: str | None,
     a2a_version: str | None,
     tenant_of: TenantOf,
-) -> RpcAnswer:
-    """Answer one JSON-RPC request, as the tenant ``tenant_of`` gives. Never raises."""
+    streams: TaskStreams | None = None,
+    last_event_id: str | None = None,
+) -> RpcAnswer | RpcStream:
+    """Answer one JSON-RPC request, as the tenant ``tenant_of`` gives. Never raises.
+
+    The streaming methods (with ``streams``) answer an ``RpcStream`` once the request passed
+    every check and its first commit is made; ``last_event_id`` is the ``Last-Event-ID``
+    header of a reconnecting client (``api.streams``). Without ``streams`` they are
+    UnsupportedOperation.
+    """
     request_id: RequestId = None
     try:
-        _check_content_type(content_type)
-        document = _parse(body)
+        check_content_type(content_type)
+        document = parse_json(body)
         request_id = _usable_id(document)
         envelope = _envelope(document)
         check_version(a2a_version)
+        if envelope.method in STREAM_METHODS:
+            if streams is None:
+                raise UnsupportedOperationError(
+                    f"{envelope.method} is not available on this gateway (capabilities.streaming is false)"
+                )
+            return RpcStream(
+                request_id, await streams.open(envelope.method, envelope.params, last_event_id, tenant_of)
+            )
         result = await _dispatch(service, envelope.method, envelope.params, tenant_of)
     except A2AError as error:
         return RpcAnswer({"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()})
@@ -116,28 +132,6 @@ async def handle_jsonrpc(
 def error_answer(error: A2AError) -> RpcAnswer:
     """An answer for an error found before the body was read (size, transport)."""
     return RpcAnswer({"jsonrpc": "2.0", "id": None, "error": error.to_jsonrpc()}, error.http_status)
-
-
-def _check_content_type(content_type: str | None) -> None:
-    """JSON media types only (``application/json``, ``application/a2a+json``...); absent is JSON."""
-    if content_type is None or not content_type.strip():
-        return
-    media_type = content_type.split(";", 1)[0].strip()
-    if not JSON_MEDIA_TYPE.fullmatch(media_type):
-        raise ContentTypeNotSupportedError(
-            f"Content-Type {media_type!r} is not supported; send application/json"
-        )
-
-
-def _parse(body: bytes) -> Any:
-    try:
-        return json.loads(body, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise JSONParseError(f"invalid JSON: {error}") from None
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _usable_id(document: Any) -> RequestId:

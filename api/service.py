@@ -101,7 +101,7 @@ class A2AService:
         first message with a bare Message (``answers_with_message``); that answer always waits
         for the task to settle, as ``returnImmediately`` has no effect on Message results.
         """
-        task = await self.start(request)
+        task = await self.accept_message(request)
         configuration = request.configuration
         if self.answers_with_message(task):
             return await self.message_answer(task)
@@ -110,12 +110,13 @@ class A2AService:
         history_length = configuration.history_length if configuration is not None else None
         return {"task": task_to_wire(task, history_length=history_length)}
 
-    async def start(self, request: SendMessageRequest) -> Task:
+    async def accept_message(self, request: SendMessageRequest) -> Task:
         """Submit the message as a new task, or as the answer to the paused task it names.
 
-        The first half of SendMessage and SendStreamingMessage: the task as the commit left it.
-        An inline ``configuration.taskPushNotificationConfig`` is checked like a created one and
-        stored in the same commit as the task's ``Submitted`` (or the answer's ``InputReceived``).
+        The first half of SendMessage and SendStreamingMessage (``api.streams``): the task as the
+        commit left it. An inline ``configuration.taskPushNotificationConfig`` is checked like a
+        created one and stored in the same commit as the task's ``Submitted`` (or the answer's
+        ``InputReceived``).
         """
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
@@ -253,7 +254,7 @@ class A2AService:
                 "invalid params: taskId: field required", [("taskId", "field required")]
             )
         tenant = request.tenant or DEFAULT_TENANT
-        task_id = (await self._visible(request.task_id, tenant)).id  # before any DNS lookup
+        task_id = (await self.visible_task(request.task_id, tenant)).id  # before any DNS lookup
         config = await self._checked_config(request, field="url")
         try:
             await asyncio.to_thread(
@@ -269,7 +270,7 @@ class A2AService:
 
     async def get_push_config(self, request: GetTaskPushNotificationConfigRequest) -> JSON:
         """One active config of a task; a missing one is TaskNotFound, as the specification lists it."""
-        task = await self._visible(request.task_id, request.tenant)
+        task = await self.visible_task(request.task_id, request.tenant)
         config = _active_configs(task).get(request.id)
         if config is None:
             raise TaskNotFoundError(
@@ -279,7 +280,7 @@ class A2AService:
 
     async def list_push_configs(self, request: ListTaskPushNotificationConfigsRequest) -> JSON:
         """A page of a task's active configs, by id, with the next page's token (``""`` at the end)."""
-        task = await self._visible(request.task_id, request.tenant)
+        task = await self.visible_task(request.task_id, request.tenant)
         ids = sorted(_active_configs(task))
         if request.page_token:
             ids = [config_id for config_id in ids if config_id > request.page_token]
@@ -315,7 +316,8 @@ class A2AService:
         stored = config.model_copy(update={"id": config.id or str(uuid4()), "task_id": None, "tenant": None})
         return stored.to_json()
 
-    async def _visible(self, text: str, tenant: str | None) -> Task:
+    async def visible_task(self, text: str, tenant: str | None) -> Task:
+        """The task with the wire id ``text`` if ``tenant`` (None: the default) sees it, else TaskNotFound."""
         try:
             return await asyncio.to_thread(
                 self._store.get_visible, _task_id(text), tenant=tenant or DEFAULT_TENANT

@@ -77,6 +77,21 @@ _RESYNC: JSON = {}
 """Queued after a reconnect: read the log after the last version given."""
 
 
+class FeedOverflowError(Exception):
+    """More live messages waited for a follower than its ``max_pending``: it reads too slowly.
+
+    The feed dropped what was pending (the gateway's memory stays bounded) and ends with this
+    error at the follower's next read; the follower resumes from the last version it was given.
+    """
+
+    def __init__(self, task_id: UUID, last_version: int, max_pending: int) -> None:
+        self.task_id, self.last_version, self.max_pending = task_id, last_version, max_pending
+        super().__init__(
+            f"more than {max_pending} events of task {task_id} waited for a reader that last took version "
+            f"{last_version}"
+        )
+
+
 def is_reference(message: JSON) -> bool:
     """Whether ``message`` is a reference (no body: read the event from the log)."""
     return message.get("body") is None and "bodyOmitted" in message
@@ -117,17 +132,65 @@ class FeedOrder:
 
     async def catch_up(self, up_to: int | None = None) -> list[JSON]:
         """The log's messages after the last version given, up to ``up_to`` (None: all of them)."""
-        given: list[JSON] = []
+        return [message async for page in self.pages(up_to) for message in page]
+
+    async def pages(self, up_to: int | None = None) -> AsyncGenerator[list[JSON], None]:
+        """``catch_up`` one page of the log at a time, so that a long catch-up holds one page."""
         while up_to is None or self.last < up_to:
             before = self.last
             page = await self._read_log(self.last, up_to, self._page)
+            given = []
             for message in page:
                 if message["version"] > self.last:
                     given.append(message)
                     self.last = message["version"]
+            if given:
+                yield given
             if len(page) < self._page or self.last == before:
                 break
-        return given
+
+
+async def _pages_for(order: FeedOrder, queued: JSON) -> AsyncGenerator[list[JSON], None]:
+    """What to give for one queued item: the log page by page after a resync, else ``accept``."""
+    if queued is _RESYNC:
+        async for page in order.pages():
+            yield page
+    else:
+        yield await order.accept(queued)
+
+
+class _Inbox:
+    """The messages that came for one follower and wait for it to read: at most ``max_pending``.
+
+    Past that, what waits is dropped and ``overflowed`` set (the follower ends with
+    ``FeedOverflowError``); later messages are ignored.
+    """
+
+    def __init__(self, max_pending: int | None) -> None:
+        self.pending: collections.deque[JSON] = collections.deque()
+        self.arrived = asyncio.Event()
+        self.overflowed = False
+        self._max_pending = max_pending
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the next message; whether one came."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def push(self, message: JSON) -> None:
+        """Queue one message for the follower (or note the overflow)."""
+        if self.overflowed:
+            return
+        if self._max_pending is not None and len(self.pending) >= self._max_pending:
+            self.overflowed = True
+            self.pending.clear()
+        else:
+            self.pending.append(message)
+        self.arrived.set()
 
 
 class StoreLog:
@@ -232,19 +295,18 @@ class TaskFeed:
         after_version: int,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - part of the contract: the iterator ends then
+        max_pending: int | None = None,
     ) -> AsyncGenerator[JSON, None]:
         """The task's event messages above ``after_version``, in order, until ``timeout`` seconds.
 
         ``timeout`` None follows until the caller stops (``aclose``, or ``break`` inside
-        ``contextlib.aclosing``), which also ends the subscription.
+        ``contextlib.aclosing``), which also ends the subscription. With ``max_pending``, a
+        follower that lets more live messages than that wait (it does not read: a slow SSE
+        client) gets ``FeedOverflowError`` at its next read instead; None lets them queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pending: collections.deque[JSON] = collections.deque()
-        arrived = asyncio.Event()
-
-        def push(message: JSON) -> None:
-            pending.append(message)
-            arrived.set()
+        inbox = _Inbox(max_pending)
+        pending, push = inbox.pending, inbox.push
 
         async def on_message(msg: Msg) -> None:
             message = parse_message(msg.data)
@@ -261,26 +323,24 @@ class TaskFeed:
                     await self._client.flush(FLUSH_TIMEOUT_S)
             first_live = next((m for m in pending if m is not _RESYNC and m["version"] > after_version), None)
             up_to = None if first_live is None else first_live["version"] - 1
-            for message in await order.catch_up(up_to):
-                yield message
+            async for page in order.pages(up_to):
+                for message in page:
+                    yield message
             while True:
+                if inbox.overflowed:
+                    raise FeedOverflowError(task_id, order.last, max_pending or 0)
                 while pending:
-                    queued = pending.popleft()
-                    given = await (order.catch_up() if queued is _RESYNC else order.accept(queued))
-                    for message in given:
-                        yield message
+                    async for page in _pages_for(order, pending.popleft()):
+                        for message in page:
+                            yield message
                 wait = self._fallback_poll
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
                     wait = min(wait, remaining)
-                arrived.clear()
-                try:
-                    await asyncio.wait_for(arrived.wait(), wait)
-                except TimeoutError:
-                    if deadline is None or time.monotonic() < deadline:
-                        push(_RESYNC)
+                if not await inbox.wait(wait) and (deadline is None or time.monotonic() < deadline):
+                    push(_RESYNC)
         finally:
             self._followers.discard(push)
             with contextlib.suppress(NatsError):

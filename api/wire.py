@@ -1,7 +1,10 @@
 """Pydantic v2 models of the A2A 1.0 JSON shapes the gateway reads and writes.
 
 Field names are snake_case in Python and camelCase on the wire (ProtoJSON). Unknown members are
-ignored, as the specification asks. Requests are validated with these models; responses are built
+ignored, as the specification asks. Values are read as ProtoJSON writes them: an integer field
+(``HistoryLength``, ``PageSize``) takes a JSON number with no fraction (``3`` or ``3.0``, as a
+protobuf ``Struct`` carries every number) or a decimal string (``"3"``, as 64-bit integers
+travel), a boolean only ``true`` or ``false``. Requests are validated with these models; responses are built
 as plain JSON by ``projections.task_wire`` and these models describe (and, in tests, check) their shape.
 """
 
@@ -9,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -31,6 +36,29 @@ from domain.states import TaskState
 JSON = dict[str, Any]
 
 Role = Literal["ROLE_USER", "ROLE_AGENT"]
+
+INT32_MAX = 2**31 - 1
+INTEGER_TEXT = re.compile(r"-?[0-9]+")
+
+
+def _proto_int(value: object) -> object:
+    """A ProtoJSON integer as a Python ``int``; anything else is left for ``StrictInt`` to refuse."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and INTEGER_TEXT.fullmatch(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT32_MAX:
+        raise ValueError(f"{value} is out of range for a 32-bit integer")
+    return value
+
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+
+# An ``int32`` field: ``3``, ``3.0`` and ``"3"`` are 3; ``3.5``, ``true`` and ``"three"`` are refused.
+# The bounds come before the validator, so that they stay numeric bounds in the JSON Schema.
+HistoryLength = Annotated[StrictInt, Field(ge=0), BeforeValidator(_proto_int)]
+PageSize = Annotated[StrictInt, Field(ge=1, le=MAX_PAGE_SIZE), BeforeValidator(_proto_int)]
 
 
 class WireModel(BaseModel):
@@ -145,8 +173,8 @@ class SendMessageConfiguration(WireModel):
 
     accepted_output_modes: list[StrictStr] | None = None
     task_push_notification_config: TaskPushNotificationConfig | None = None
-    history_length: int | None = Field(default=None, ge=0)
-    return_immediately: bool = False
+    history_length: HistoryLength | None = None
+    return_immediately: StrictBool = False
 
 
 class SendMessageRequest(WireModel):
@@ -169,7 +197,7 @@ class GetTaskRequest(WireModel):
     """Params of ``GetTask``."""
 
     id: StrictStr = Field(min_length=1)
-    history_length: int | None = Field(default=None, ge=0)
+    history_length: HistoryLength | None = None
     tenant: StrictStr | None = None
 
 
@@ -178,6 +206,13 @@ class CancelTaskRequest(WireModel):
 
     id: StrictStr = Field(min_length=1)
     metadata: JSON | None = None
+    tenant: StrictStr | None = None
+
+
+class SubscribeToTaskRequest(WireModel):
+    """Params of ``SubscribeToTask``."""
+
+    id: StrictStr = Field(min_length=1)
     tenant: StrictStr | None = None
 
 
@@ -197,8 +232,6 @@ class DeleteTaskPushNotificationConfigRequest(WireModel):
     tenant: StrictStr | None = None
 
 
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 100
 UNSPECIFIED_STATE = "TASK_STATE_UNSPECIFIED"
 """The proto's zero value of ``TaskState``: as a ListTasks filter it means no filter."""
 
@@ -209,9 +242,9 @@ class ListTasksRequest(WireModel):
     tenant: StrictStr | None = None
     context_id: StrictStr | None = None
     status: TaskState | None = None
-    page_size: StrictInt | None = Field(default=None, ge=1, le=MAX_PAGE_SIZE)
+    page_size: PageSize | None = None
     page_token: StrictStr | None = None
-    history_length: StrictInt | None = Field(default=None, ge=0)
+    history_length: HistoryLength | None = None
     status_timestamp_after: datetime | None = None
     include_artifacts: StrictBool | None = None
 
@@ -242,7 +275,7 @@ class ListTaskPushNotificationConfigsRequest(WireModel):
     """Params of ``ListTaskPushNotificationConfigs``; every config fits one page (the token is ignored)."""
 
     task_id: StrictStr = Field(min_length=1)
-    page_size: StrictInt | None = Field(default=None, ge=1, le=MAX_PAGE_SIZE)
+    page_size: PageSize | None = None
     page_token: StrictStr | None = None
     tenant: StrictStr | None = None
 

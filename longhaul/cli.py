@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "up", help="run everything in one process (embedded PostgreSQL and NATS when no URLs are set)"
     )
-    sub.add_parser("gateway", help="serve A2A over HTTP (JSON-RPC) and the agent card")
+    sub.add_parser("gateway", help="serve A2A over HTTP (JSON-RPC and HTTP+JSON) and the agent card")
     sub.add_parser("worker", help="claim runnable tasks under a lease and run their steps")
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")

@@ -168,6 +168,11 @@ async def _gateway_app(
             allow_private_webhooks=settings.allow_private_webhooks,
             api_keys=api_keys,
             max_in_flight=settings.max_in_flight,
+            max_body_bytes=settings.max_body_bytes,
+            rest_media_type=settings.rest_media_type,
+            feed=feed,
+            stream_keepalive_s=settings.stream_keepalive_seconds,
+            stream_max_pending=settings.stream_max_pending,
         )
     finally:
         if feed is not None:

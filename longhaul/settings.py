@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.api_keys import parse_pairs
+from api.bodies import DEFAULT_MAX_BODY_BYTES
 from api.overload import DEFAULT_LIMIT
 from projections.subjects import server_urls
 from store.retention import parse_key
@@ -137,6 +138,28 @@ class Settings(BaseSettings):
         default=DEFAULT_LIMIT,
         ge=1,
         description="Requests one gateway has in flight before it answers 429 with Retry-After.",
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body the gateway reads, on both bindings (larger: refused, HTTP 413).",
+    )
+    rest_media_type: Literal["application/json", "application/a2a+json"] = Field(
+        default="application/json",
+        description=(
+            "Content-Type of the HTTP+JSON binding's answers: application/json (what the A2A TCK"
+            " checks), or application/a2a+json (what A2A 1.0.1 recommends)."
+        ),
+    )
+    stream_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds of silence after which an SSE stream sends a keep-alive comment.",
+    )
+    stream_max_pending: int = Field(
+        default=1000,
+        ge=1,
+        description="Events that may wait for one slow SSE reader before its stream is closed.",
     )
     log_format: Literal["text", "json"] = Field(
         default="text",

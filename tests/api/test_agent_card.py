@@ -12,7 +12,7 @@ from api.agent_card import DURABILITY_EXTENSION
 from tests.api.support import PUBLIC_URL, http_client
 
 
-async def test_card_declares_the_jsonrpc_interface_and_capabilities(client: httpx.AsyncClient) -> None:
+async def test_card_declares_both_bindings_jsonrpc_first_and_capabilities(client: httpx.AsyncClient) -> None:
     response = await client.get("/.well-known/agent-card.json")
 
     assert response.status_code == 200
@@ -22,7 +22,8 @@ async def test_card_declares_the_jsonrpc_interface_and_capabilities(client: http
     assert card["description"]
     assert card["version"]
     assert card["supportedInterfaces"] == [
-        {"url": f"{PUBLIC_URL}/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": f"{PUBLIC_URL}/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": f"{PUBLIC_URL}/a2a/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
     capabilities = card["capabilities"]
     assert {k: v for k, v in capabilities.items() if k != "extensions"} == {

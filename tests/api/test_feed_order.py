@@ -129,6 +129,23 @@ def test_a_long_catch_up_reads_page_by_page() -> None:
     assert log.reads == [(0, None, 5), (5, None, 5), (10, None, 5)]
 
 
+def test_pages_hand_a_long_catch_up_over_one_page_at_a_time_reading_each_only_when_asked() -> None:
+    log = FakeLog(12)
+    order = FeedOrder(log.read, 0, page=5)
+
+    async def first_page() -> list[JSON]:
+        pages = order.pages()
+        page = await anext(pages)
+        await pages.aclose()
+        return page
+
+    page = asyncio.run(first_page())
+
+    assert [m["version"] for m in page] == [1, 2, 3, 4, 5]
+    assert log.reads == [(0, None, 5)]  # the next page is not read before it is wanted
+    assert [m["version"] for m in run(order, [])] == list(range(6, 13))
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
     lambda inner: (

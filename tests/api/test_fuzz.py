@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import uuid4
 
 import httpx
 from hypothesis import HealthCheck, given, settings
@@ -111,3 +112,89 @@ async def test_junk_gets_a_jsonrpc_error_and_changes_nothing(
     assert error["message"]
     assert error["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     assert log_position(store) == before
+
+
+REST_ROUTES = st.sampled_from(
+    [
+        ("POST", "/a2a/rest/message:send"),
+        ("POST", "/a2a/rest/acme/message:send"),
+        ("POST", "/a2a/rest/tasks/5a76c3b8-d2cc-5d9c-8ec0-fe5e8893c99a:cancel"),
+        ("POST", "/a2a/rest/tasks/x/pushNotificationConfigs"),
+        ("POST", "/a2a/rest/message:stream"),
+        ("GET", "/a2a/rest/tasks/x"),
+    ]
+)
+rest_bodies = (
+    st.binary(max_size=300)
+    | json_values.map(lambda value: json.dumps(value).encode())
+    | params.map(lambda document: json.dumps(document).encode())
+)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(route=REST_ROUTES, body=rest_bodies, content_type=content_types, version=versions)
+async def test_junk_gets_a_status_error_on_http_json_and_changes_nothing(
+    client: httpx.AsyncClient,
+    store: TaskApplication,
+    route: tuple[str, str],
+    body: bytes,
+    content_type: str,
+    version: str | None,
+) -> None:
+    before = log_position(store)
+    headers = {"Content-Type": content_type}
+    client.headers.pop("A2A-Version", None)
+    if version is not None:
+        headers["A2A-Version"] = version
+    method, path = route
+
+    response = await client.request(method, path, content=body, headers=headers)
+
+    assert 400 <= response.status_code < 500, response.text
+    error = response.json()["error"]
+    assert set(error) == {"code", "status", "message", "details"}, error
+    assert error["code"] == response.status_code
+    assert error["message"]
+    assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert log_position(store) == before
+
+
+# Any text, lone UTF-16 surrogates often among it (JSON can escape them; they are not Unicode text;
+# st.text never makes them).
+any_text = st.lists(st.characters() | st.sampled_from(["\ud800", "\udfff"]), max_size=6).map("".join)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(text=any_text, message_id=any_text, rest=st.booleans())
+async def test_valid_messages_with_any_text_are_kept_or_refused_never_a_500(
+    client: httpx.AsyncClient, store: TaskApplication, text: str, message_id: str, rest: bool
+) -> None:
+    before = log_position(store)  # each example a new task: an id seen before would be a resend
+    params = {
+        "message": {"messageId": uuid4().hex + message_id, "role": "ROLE_USER", "parts": [{"text": text}]},
+        "configuration": {"returnImmediately": True},
+    }
+    if rest:
+        response = await client.post("/a2a/rest/message:send", content=json.dumps(params).encode())
+        answer: dict[str, Any] = response.json()
+        assert response.status_code in (200, 400), answer
+    else:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}).encode()
+        response = await client.post(ENDPOINT, content=body)
+        answer = response.json()
+        assert answer.get("error", {}).get("code") != -32603, answer
+        answer = answer.get("result") or answer
+
+    if "task" in answer:  # a pair of surrogates, escaped as two, is read as the one character it makes
+        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+        assert answer["task"]["history"][0]["parts"] == [{"text": joined}]
+    else:
+        assert log_position(store) == before

@@ -123,7 +123,9 @@ class TestEnvelope:
     @pytest.mark.parametrize(
         "method", ["SendStreamingMessage", "SubscribeToTask", "ListTasks", "GetExtendedAgentCard"]
     )
-    async def test_methods_not_offered_yet_are_unsupported_operations(self, rpc: Rpc, method: str) -> None:
+    async def test_methods_a_memory_store_gateway_does_not_offer_are_unsupported(
+        self, rpc: Rpc, method: str
+    ) -> None:
         response = await rpc(method, {"id": "x"})
 
         error = error_of(response, -32004, "UNSUPPORTED_OPERATION")

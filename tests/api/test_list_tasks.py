@@ -216,7 +216,9 @@ async def test_expired_tasks_are_not_listed(
     [
         ({"pageSize": 0}, "pageSize"),
         ({"pageSize": 101}, "pageSize"),
-        ({"pageSize": "10"}, "pageSize"),
+        ({"pageSize": "ten"}, "pageSize"),
+        ({"pageSize": 10.5}, "pageSize"),
+        ({"pageSize": True}, "pageSize"),
         ({"historyLength": -1}, "historyLength"),
         ({"status": "TASK_STATE_DONE"}, "status"),
         ({"status": "working"}, "status"),

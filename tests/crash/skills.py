@@ -10,6 +10,8 @@
   cancelled it writes ``cancelled`` to the file ``marker`` (a parameter) before re-raising.
 - ``crash-asker``: asks a question with the deadline ``deadline_s`` (none: the service's maximum
   pause) and ``on_deadline``, then completes with the answer's text.
+- ``crash-chunker``: emits one artifact in ``chunks`` chunks (default 20), one every ``chunk_ms``
+  (default 100), each with its count in the same commit, then completes (the stream tests).
 """
 
 from __future__ import annotations
@@ -67,9 +69,24 @@ async def _answered(ctx: StepContext) -> StepOutcome:
     return Complete(message=f"answered: {text}")
 
 
+async def _chunks(ctx: StepContext) -> StepOutcome:
+    total = int(ctx.params.get("chunks", 20))
+    delay = float(ctx.params.get("chunk_ms", 100)) / 1000
+    emitted = int(ctx.checkpoint.get("emitted", 0))
+    while emitted < total:
+        await asyncio.sleep(delay)
+        artifact = {"artifactId": "chunks", "name": "chunks", "parts": [{"text": f"chunk {emitted} "}]}
+        emitted += 1
+        await ctx.emit_artifact(
+            artifact, append=emitted > 1, last_chunk=emitted == total, checkpoint={"emitted": emitted}
+        )
+    return Complete(message=f"{total} chunks")
+
+
 SKILLS = [
     Skill(name="crash-noop", version=1, steps=[_noop, _noop, _noop], description="three no-op steps"),
     Skill(name="crash-ticker", version=1, steps=[_tick, _done], description="a long step of sub-commits"),
     Skill(name="crash-sleeper", version=1, steps=[_sleep, _done], description="a step that sleeps long"),
     Skill(name="crash-asker", version=1, steps=[_ask, _answered], description="asks, then completes"),
+    Skill(name="crash-chunker", version=1, steps=[_chunks], description="an artifact in timed chunks"),
 ]
