@@ -12,13 +12,9 @@ the server: it sends ``SendMessage`` instead of ``SendStreamingMessage`` and ref
 when the card says ``streaming: false``, and returns the public card as the extended one when the
 card declares none. A case that needs the server's answer checks that it went over the wire.
 
-The cases, by what the server needs for them (``-k`` expressions):
-
-- JSON-RPC without streams: ``-k "jsonrpc and not stream"`` (ProtoJSON numbers for skill
-  parameters, the integer 3 sent as ``3.0``, are ``-k numeric``).
-- HTTP+JSON without streams: ``-k "http_json and not stream"`` (the card's HTTP+JSON interface and
-  its routes).
-- Streams (``SendStreamingMessage``, ``SubscribeToTask``; SSE on both bindings): ``-k stream``.
+Selecting cases (``-k``): ``jsonrpc`` or ``http_json`` for one binding; ``stream`` for the SSE
+methods (``SendStreamingMessage``, ``SubscribeToTask``); ``numeric`` for the ProtoJSON numbers of
+skill parameters (the integer 3 sent as ``3.0``).
 """
 
 from __future__ import annotations
