@@ -137,7 +137,7 @@ class UnsupportedOperationError(A2AError):
 class ContentTypeNotSupportedError(A2AError):
     """The request (or a part) has a media type we do not accept."""
 
-    code, reason, http_status = -32005, "CONTENT_TYPE_NOT_SUPPORTED", 400
+    code, reason, http_status = -32005, "CONTENT_TYPE_NOT_SUPPORTED", 415  # the specification, §5.4
     grpc_status = "INVALID_ARGUMENT"
     default_message = "Incompatible content types"
 

@@ -125,7 +125,7 @@ class TestBodies:
     ) -> None:
         outcome = await call(client, binding, "SendMessage", body=b"{not json", content_type=content_type)
 
-        _refused(outcome, binding, "CONTENT_TYPE_NOT_SUPPORTED")
+        _refused(outcome, binding, "CONTENT_TYPE_NOT_SUPPORTED", 415)
 
     async def test_a_body_over_the_limit_is_413(
         self, make_app: Callable[..., Litestar], binding: str

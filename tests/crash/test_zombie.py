@@ -90,7 +90,7 @@ def test_zombie_with_a_slow_clock_never_commits_again(cluster: Cluster, store: T
     # The zombie's clock runs 5 s slow and it grants itself 6 s leases: to everyone else its lease
     # ends 1 s after its last commit, while by its own clock it still holds for 6 s.
     zombie = cluster.worker(clock_offset_seconds="-5", lease_seconds="6")
-    ticks = 60
+    ticks = 100  # 20 s of work: the second worker may take 10 s to start on a loaded machine
     task_id = submit(store, "crash-ticker", {"ticks": ticks, "tick_ms": 200, "shield": True})
     wait_until(lambda: holder_pid(store, task_id) == zombie.pid, 30, "the zombie to claim the task")
     cluster.worker()
