@@ -54,8 +54,11 @@ NO_FEED = (
 STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 """The methods answered with a stream (``TaskStreams.open``)."""
 
-ENDS_STREAM = frozenset(str(state) for state in TERMINAL | INTERRUPTED)
-"""The wire states after which a stream ends."""
+ENDS_SEND_STREAM = frozenset(str(state) for state in TERMINAL | INTERRUPTED)
+"""The wire states after which a SendStreamingMessage stream ends: the task settled, as a blocking send."""
+
+ENDS_SUBSCRIPTION = frozenset(str(state) for state in TERMINAL)
+"""The wire states after which a SubscribeToTask stream ends: the task ended (a pause does not end it)."""
 
 
 class StreamMetrics:
@@ -152,7 +155,7 @@ class TaskStreams:
         if self._service.answers_with_message(task):
             return _message_only(self._service, task)
         history_length = request.configuration.history_length if request.configuration else None
-        return self._frames(sources, task, last_event_id, history_length=history_length)
+        return self._frames(sources, task, last_event_id, ENDS_SEND_STREAM, history_length=history_length)
 
     async def subscribe_to_task(
         self, request: SubscribeToTaskRequest, *, last_event_id: int | None = None
@@ -169,38 +172,43 @@ class TaskStreams:
                 f"task {request.id} is {task.state}: a terminal task has no more events to stream "
                 "(GetTask reads it)"
             )
-        return self._frames(sources, task, last_event_id)
+        return self._frames(sources, task, last_event_id, ENDS_SUBSCRIPTION)
 
     def _frames(
         self,
         sources: tuple[TaskFeed, StoreLog],
         task: Task,
         last_event_id: int | None,
+        ends: frozenset[str],
         *,
         history_length: int | None = None,
     ) -> AsyncIterator[Frame]:
+        """The stream's frames, ending after the first that leaves the task in a state of ``ends``."""
         feed, store_log = sources
         if last_event_id is None:
-            return self._snapshot_then_events(feed, task, history_length)
+            return self._snapshot_then_events(feed, task, ends, history_length)
         if last_event_id > task.version:
             raise InvalidParamsError.with_violations(
                 f"Last-Event-ID {last_event_id} is past task {task.id}'s version {task.version}",
                 [("Last-Event-ID", f"must be at most {task.version}, the task's version")],
             )
         if task.is_terminal:
-            return _ended(store_log, task, last_event_id)
-        return self._events(feed, task, last_event_id)
+            return _ended(store_log, task, last_event_id, ends)
+        return self._events(feed, task, last_event_id, ends)
 
     async def _snapshot_then_events(
-        self, feed: TaskFeed, task: Task, history_length: int | None
+        self, feed: TaskFeed, task: Task, ends: frozenset[str], history_length: int | None
     ) -> AsyncGenerator[Frame, None]:
-        yield task.version, {"task": task_to_wire(task, history_length=history_length)}
-        if task.state in TERMINAL or task.state in INTERRUPTED:
+        snapshot = {"task": task_to_wire(task, history_length=history_length)}
+        yield task.version, snapshot
+        if ends_stream(snapshot, ends):
             return
-        async for item in self._events(feed, task, task.version):
+        async for item in self._events(feed, task, task.version, ends):
             yield item
 
-    async def _events(self, feed: TaskFeed, task: Task, after: int) -> AsyncGenerator[Frame, None]:
+    async def _events(
+        self, feed: TaskFeed, task: Task, after: int, ends: frozenset[str]
+    ) -> AsyncGenerator[Frame, None]:
         """The frames of the task's events after version ``after``, until one ends the stream."""
         messages = feed.follow(task.id, task.tenant, after, max_pending=self._max_pending)
         async with contextlib.aclosing(messages):
@@ -210,7 +218,7 @@ class TaskStreams:
                     if response is None:
                         continue
                     yield message["version"], response
-                    if ends_stream(response):
+                    if ends_stream(response, ends):
                         return
             except FeedOverflowError as error:
                 raise SlowReaderError(
@@ -219,7 +227,9 @@ class TaskStreams:
                 ) from None
 
 
-async def _ended(store_log: StoreLog, task: Task, after: int) -> AsyncGenerator[Frame, None]:
+async def _ended(
+    store_log: StoreLog, task: Task, after: int, ends: frozenset[str]
+) -> AsyncGenerator[Frame, None]:
     """The frames of a terminal task's events after ``after``, from the log (nothing is live)."""
     while after < task.version:
         messages = await asyncio.to_thread(store_log.read, task.id, task.tenant, after, task.version, PAGE)
@@ -230,14 +240,14 @@ async def _ended(store_log: StoreLog, task: Task, after: int) -> AsyncGenerator[
             response = stream_response(message, task.context_id)
             if response is not None:
                 yield after, response
-                if ends_stream(response):
+                if ends_stream(response, ends):
                     return
 
 
-def ends_stream(response: JSON) -> bool:
-    """Whether a ``StreamResponse`` leaves its task terminal or interrupted (the stream ends)."""
+def ends_stream(response: JSON, ends: frozenset[str]) -> bool:
+    """Whether a ``StreamResponse`` leaves its task in one of the states ``ends`` (the stream ends)."""
     update = response.get("statusUpdate") or response.get("task")
-    return update is not None and update["status"]["state"] in ENDS_STREAM
+    return update is not None and update["status"]["state"] in ends
 
 
 async def _message_only(service: A2AService, task: Task) -> AsyncGenerator[Frame, None]:

@@ -19,7 +19,7 @@ from api.sse import (
     read_events,
     sse_body,
 )
-from api.streams import ends_stream
+from api.streams import ENDS_SEND_STREAM, ENDS_SUBSCRIPTION, ends_stream
 
 JSON = dict[str, Any]
 
@@ -117,13 +117,17 @@ async def test_closing_the_body_closes_the_stream_even_while_it_waits() -> None:
     assert closed.is_set()
 
 
-def test_a_stream_ends_at_terminal_and_interrupted_states_only() -> None:
+def test_a_send_stream_ends_at_terminal_and_interrupted_states_a_subscription_at_terminal_only() -> None:
     def update(state: str) -> JSON:
         return {"statusUpdate": {"status": {"state": state}}}
 
-    assert ends_stream(update("TASK_STATE_COMPLETED"))
-    assert ends_stream(update("TASK_STATE_INPUT_REQUIRED"))
-    assert ends_stream({"task": {"status": {"state": "TASK_STATE_AUTH_REQUIRED"}}})
-    assert not ends_stream(update("TASK_STATE_WORKING"))
-    assert not ends_stream({"task": {"status": {"state": "TASK_STATE_SUBMITTED"}}})
-    assert not ends_stream({"artifactUpdate": {"artifact": {}}})
+    for ends in (ENDS_SEND_STREAM, ENDS_SUBSCRIPTION):
+        assert ends_stream(update("TASK_STATE_COMPLETED"), ends)
+        assert ends_stream({"task": {"status": {"state": "TASK_STATE_CANCELED"}}}, ends)
+        assert not ends_stream(update("TASK_STATE_WORKING"), ends)
+        assert not ends_stream({"task": {"status": {"state": "TASK_STATE_SUBMITTED"}}}, ends)
+        assert not ends_stream({"artifactUpdate": {"artifact": {}}}, ends)
+    assert ends_stream(update("TASK_STATE_INPUT_REQUIRED"), ENDS_SEND_STREAM)
+    assert ends_stream({"task": {"status": {"state": "TASK_STATE_AUTH_REQUIRED"}}}, ENDS_SEND_STREAM)
+    assert not ends_stream(update("TASK_STATE_INPUT_REQUIRED"), ENDS_SUBSCRIPTION)
+    assert not ends_stream({"task": {"status": {"state": "TASK_STATE_AUTH_REQUIRED"}}}, ENDS_SUBSCRIPTION)

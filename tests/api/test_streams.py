@@ -121,19 +121,40 @@ async def test_subscribe_sends_the_current_task_first_then_the_events_after_its_
     assert state_of(results(rest)[-1]) == "TASK_STATE_COMPLETED"
 
 
-async def test_a_stream_ends_at_an_interrupted_state(
+async def test_a_send_stream_ends_at_an_interrupted_state(
+    http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+) -> None:
+    async with open_stream(http, "SendStreamingMessage", {"message": user_message("hi")}) as stream:
+        first = await stream.next()
+        task_id = UUID(first.data["result"]["task"]["id"])
+        await asyncio.to_thread(advance.start, task_id)
+        await asyncio.to_thread(advance.ask, task_id)
+        rest = await stream.rest()
+    assert [state_of(r) for r in results(rest)] == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
+    assert pairs(rest) == visible(store, task_id, after=1)
+
+
+async def test_a_subscription_goes_on_through_a_pause_and_ends_when_the_task_ends(
     http: httpx.AsyncClient, store: TaskApplication, advance: Advance
 ) -> None:
     task_id = await _started(http, advance)
     async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}) as stream:
         await stream.next()
         await asyncio.to_thread(advance.ask, task_id)
+        paused = await stream.next()
+        assert state_of(results([paused])[0]) == "TASK_STATE_INPUT_REQUIRED"
+        canceled = await http.post("/a2a/jsonrpc", json=rpc_body("CancelTask", {"id": str(task_id)}))
+        assert "result" in canceled.json(), canceled.text
         rest = await stream.rest()
-    assert [state_of(r) for r in results(rest)] == ["TASK_STATE_INPUT_REQUIRED"]
+    assert [state_of(r) for r in results(rest)] == ["TASK_STATE_CANCELED"]
+    assert pairs([paused, *rest]) == visible(store, task_id, after=2)
 
-    async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}) as stream:
-        only = await stream.rest()  # a paused task: its snapshot, and the stream ends
-    assert [state_of(r) for r in results(only)] == ["TASK_STATE_INPUT_REQUIRED"]
+    # Subscribing to a paused task: its snapshot, then whatever comes (here: nothing until cut).
+    other = await _started(http, advance)
+    await asyncio.to_thread(advance.ask, other)
+    async with open_stream(http, "SubscribeToTask", {"id": str(other)}) as stream:
+        snapshot = await stream.next()
+    assert state_of(results([snapshot])[0]) == "TASK_STATE_INPUT_REQUIRED"
 
 
 async def test_subscribe_refuses_a_terminal_task_and_an_unknown_or_foreign_one_before_streaming(
