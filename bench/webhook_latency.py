@@ -253,6 +253,16 @@ def start(command: str, env: dict[str, str], log: Path, tree: Path) -> subproces
         )
 
 
+def wait_for_any(logs: list[Path], text: str, timeout: float = 60.0) -> None:
+    """Wait until one of ``logs`` holds ``text`` (the dispatcher that became the intake leader)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(log.exists() and text in log.read_text(errors="replace") for log in logs):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"none of {[log.name for log in logs]} says {text!r} after {timeout:.0f} s")
+
+
 def wait_for(log: Path, text: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while text not in log.read_text(errors="replace"):
@@ -364,6 +374,9 @@ def arguments() -> argparse.Namespace:
         help="the threaded receiver in this process, or bench.webhook_receiver in its own",
     )
     parser.add_argument("--hops", action="store_true", help="time each hop (bench.webhook_hops)")
+    parser.add_argument(
+        "--dispatchers", type=int, default=1, help="longhaul dispatcher processes (they share the lanes)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds = min(args.seconds, 8.0)
@@ -404,11 +417,14 @@ def main() -> None:
         if args.hops:
             webhook_hops.install(args.database_url, schema)
         relay = start("relay", env, logs / "relay.log", tree)
-        dispatcher = start("dispatcher", env, logs / "dispatcher.log", tree)
+        dispatchers = [
+            start("dispatcher", env, logs / f"dispatcher-{n}.log", tree) for n in range(args.dispatchers)
+        ]
         watcher = Watcher(args.nats_url, prefix, stream, arrivals, args.rate)
         try:
             wait_for(logs / "relay.log", "is the leader")
-            wait_for(logs / "dispatcher.log", "following stream")
+            wait_for_any([logs / f"dispatcher-{n}.log" for n in range(args.dispatchers)], "following stream")
+            time.sleep(2.0 if args.dispatchers > 1 else 0.0)  # the others (not the intake leader) start
             watcher.thread.start()
             watcher.ready.wait(30)
             committed, load_s = load(store, hooks.url, args.rate, args.seconds)
@@ -420,12 +436,16 @@ def main() -> None:
             watcher.thread.join(10)
             cpu = {
                 name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2)
-                for name, p in (("relay", relay), ("dispatcher", dispatcher))
+                for name, p in (
+                    ("relay", relay),
+                    *((f"dispatcher-{n}", d) for n, d in enumerate(dispatchers)),
+                )
             }
             times = arrivals.times | hooks.times()
             hop_rows = webhook_hops.read(args.database_url, schema) if args.hops else {}
         finally:
-            stop(dispatcher)
+            for dispatcher in dispatchers:
+                stop(dispatcher)
             stop(relay)
             store.close()
             hooks.close()
