@@ -38,7 +38,16 @@ from typing import Any
 
 import httpx
 
-from bench.common import base_parser, free_port, fresh_schema, machine_info, percentile, table, write_results
+from bench.common import (
+    base_parser,
+    delete_stream,
+    free_port,
+    fresh_schema,
+    machine_info,
+    percentile,
+    table,
+    write_results,
+)
 from bench.keepalive import start_gateway
 from bench.processes import worker_env
 
@@ -168,6 +177,7 @@ def servers(
                 env = worker_env(database_url, schema, concurrency=worker_concurrency, lease_seconds=30)
                 env["LONGHAUL_NATS_URL"] = os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222")
                 env["LONGHAUL_NATS_STREAM"] = f"BENCH_{schema}"
+                stack.callback(delete_stream, env["LONGHAUL_NATS_URL"], env["LONGHAUL_NATS_STREAM"])
                 env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
                 env["LONGHAUL_DATA_DIR"] = str(folder / "longhaul")
                 module = ["longhaul.cli", "up"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -19,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import nats
+import nats.js.errors
 import psycopg
 from psycopg import sql
 
@@ -58,6 +62,36 @@ def fresh_schema(database_url: str, name: str) -> Iterator[str]:
         yield schema
     finally:
         drop_schema(database_url, schema)
+
+
+@contextmanager
+def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
+    """``stream``, the JetStream stream of one run, deleted at the end (if anything made it)."""
+    try:
+        yield stream
+    finally:
+        delete_stream(nats_url, stream)
+
+
+def delete_stream(nats_url: str, stream: str) -> None:
+    """Delete a run's JetStream stream, quietly if it does not exist; callable from async code too.
+
+    A run that leaves its stream behind leaves its messages on the NATS server's disk, and the
+    next runs share the server with them.
+    """
+
+    async def delete() -> None:
+        client = await nats.connect(nats_url)
+        try:
+            await client.jetstream().delete_stream(stream)
+        except nats.js.errors.NotFoundError:
+            pass
+        finally:
+            await client.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(delete(),), name="delete-stream")
+    thread.start()
+    thread.join()
 
 
 def drop_schema(database_url: str, schema: str) -> None:

@@ -30,6 +30,7 @@ from bench.common import (
     free_port,
     fresh_schema,
     machine_info,
+    stream_deleted,
     summary_ms,
     table,
     write_results,
@@ -115,10 +116,14 @@ def main() -> None:
         v: {"returnImmediately": [], "blocking": []} for v in variants
     }
     cpu_s: dict[str, dict[str, float]] = {v: {"returnImmediately": 0.0, "blocking": 0.0} for v in variants}
-    with fresh_schema(args.database_url, "keepalive") as schema:
+    nats_url = os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222")
+    with (
+        fresh_schema(args.database_url, "keepalive") as schema,
+        stream_deleted(nats_url, f"BENCH_{schema}") as stream,
+    ):
         env = worker_env(args.database_url, schema, concurrency=8, lease_seconds=30)
-        env["LONGHAUL_NATS_URL"] = os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222")
-        env["LONGHAUL_NATS_STREAM"] = f"BENCH_{schema}"
+        env["LONGHAUL_NATS_URL"] = nats_url
+        env["LONGHAUL_NATS_STREAM"] = stream
         env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
         worker = WorkerProcess(env, folder / "worker.log")
         worker.wait_started()

@@ -36,7 +36,16 @@ from typing import Any
 
 import nats
 
-from bench.common import REPO_ROOT, base_parser, fresh_schema, machine_info, percentile, table, write_results
+from bench.common import (
+    REPO_ROOT,
+    base_parser,
+    delete_stream,
+    fresh_schema,
+    machine_info,
+    percentile,
+    table,
+    write_results,
+)
 from domain.task import Task
 from projections.subjects import NatsNames
 from store.application import TaskApplication
@@ -86,14 +95,6 @@ def _names(nats_url: str) -> NatsNames:
     return NatsNames(url=nats_url, stream=f"BENCH_RELAY_{tag}", subject_prefix=f"bench_relay_{tag}")
 
 
-async def _delete_stream(names: NatsNames) -> None:
-    client = await nats.connect(names.url)
-    try:
-        await client.jetstream().delete_stream(names.stream)
-    finally:
-        await client.close()
-
-
 async def throughput(module: ModuleType, store: TaskApplication, nats_url: str, events: int) -> float:
     """Events/s of one relay publishing a backlog of ``events`` to a fresh stream."""
     names = _names(nats_url)
@@ -108,7 +109,7 @@ async def throughput(module: ModuleType, store: TaskApplication, nats_url: str, 
     seconds = time.perf_counter() - started
     stop.set()
     await running
-    await _delete_stream(names)
+    delete_stream(names.url, names.stream)
     return events / seconds
 
 
@@ -155,7 +156,7 @@ async def latency(
     await client.close()
     stop.set()
     await running
-    await _delete_stream(names)
+    delete_stream(names.url, names.stream)
     missing = len(committed) - len(arrived.keys() & committed.keys())
     if missing:
         raise RuntimeError(f"{missing} events never arrived")

@@ -39,6 +39,7 @@ from bench.common import (
     free_port,
     fresh_schema,
     machine_info,
+    stream_deleted,
     summary_ms,
     table,
     utc_now,
@@ -131,7 +132,7 @@ def main() -> None:  # noqa: PLR0915 - one run, start to end, as the other bench
     received: dict[tuple[str, int], float] = {}
     relayed: dict[tuple[str, int], float] = {}
     args.prefix = prefix
-    with fresh_schema(args.database_url, "sse") as schema:
+    with stream_deleted(args.nats_url, stream), fresh_schema(args.database_url, "sse") as schema:
         store = TaskApplication(
             StoreConfig(database_url=args.database_url, schema=schema, pool_size=SUBMITTERS)
         )

@@ -16,7 +16,6 @@ call: the TCK reuses one ``messageId`` for different messages, which longhaul ta
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -31,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import nats
 
-from bench.common import DEFAULT_DATABASE_URL, REPO_ROOT, free_port, fresh_schema
+from bench.common import DEFAULT_DATABASE_URL, REPO_ROOT, delete_stream, free_port, fresh_schema
 
 SUMMARY = re.compile(r"^=*\s*(?P<counts>(\d+ \w+(, )?)+) in [\d.]+s")
 TCK_ID_LINE = '    return f"tck-{name}-{_SESSION}"'
@@ -105,7 +103,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 up.kill()
                 up.wait()
-            asyncio.run(delete_stream(args.nats_url, stream))
+            delete_stream(args.nats_url, stream)
 
     print(f"\nA2A TCK {args.ref} at {commit[:7]}, --transport {args.transport}, against longhaul up")
     for name, levels in results.items():
@@ -219,16 +217,6 @@ def run_level(python: Path, tck: Path, base: str, transport: str, level: str, wo
         elif line.startswith("FAILED tests/"):
             result.failed.append(line.removeprefix("FAILED ").split(" - ")[0])
     return result
-
-
-async def delete_stream(url: str, stream: str) -> None:
-    client = await nats.connect(url)
-    try:
-        await client.jetstream().delete_stream(stream)
-    except nats.js.errors.NotFoundError:
-        pass
-    finally:
-        await client.close()
 
 
 if __name__ == "__main__":

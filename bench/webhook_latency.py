@@ -50,6 +50,7 @@ from bench.common import (
     base_parser,
     fresh_schema,
     machine_info,
+    stream_deleted,
     summary_ms,
     table,
     utc_now,
@@ -407,7 +408,7 @@ def main() -> None:
     stream, prefix = f"BENCH_WH_{token}", f"benchwh{token}"
     logs = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
     tree = args.tree.resolve()
-    with fresh_schema(args.database_url, "webhook") as schema:
+    with stream_deleted(args.nats_url, stream), fresh_schema(args.database_url, "webhook") as schema:
         store = TaskApplication(
             StoreConfig(database_url=args.database_url, schema=schema, pool_size=SUBMITTERS)
         )
