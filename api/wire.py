@@ -295,7 +295,13 @@ class JsonRpcRequest(BaseModel):
 
 
 def parse_params(model: type[M], params: JSON | list[Any] | None) -> M:
-    """Validate ``params`` as ``model``, or raise ``InvalidParamsError`` listing every field error."""
+    """Validate ``params`` as ``model``, or raise ``InvalidParamsError`` listing every field error.
+
+    Omitted params (JSON-RPC 2.0 lets a request leave them out) are an empty object: a method
+    whose params are all optional (ListTasks) takes them, one that needs a field names it.
+    """
+    if params is None:
+        params = {}
     if not isinstance(params, dict):
         raise InvalidParamsError.with_violations(
             "invalid params: params must be a JSON object", [("params", "must be a JSON object")]

@@ -194,6 +194,24 @@ class TestParams:
 
         error_of(response.json(), -32602, "INVALID_PARAMS")
 
+    @pytest.mark.parametrize(("method", "field"), [("SendMessage", "message"), ("GetTask", "id")])
+    async def test_omitted_params_are_an_empty_object_that_names_the_missing_field(
+        self, client: httpx.AsyncClient, method: str, field: str
+    ) -> None:
+        response = await _post(client, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method}).encode())
+
+        error = error_of(response.json(), -32602, "INVALID_PARAMS")
+        assert [v["field"] for v in error["data"][1]["fieldViolations"]] == [field]
+
+    async def test_list_tasks_may_omit_its_params(self, client: httpx.AsyncClient) -> None:
+        omitted = await _post(client, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}).encode())
+        empty = await _post(
+            client, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}).encode()
+        )
+
+        assert omitted.json() == empty.json()
+        assert "INVALID_PARAMS" not in omitted.text
+
     async def test_unknown_members_are_ignored(self, rpc: Rpc) -> None:
         response = await rpc("GetTask", {"id": "x", "somethingNew": True})
 
