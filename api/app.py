@@ -6,6 +6,7 @@ number of gateways can serve the same store.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import Any
@@ -78,7 +79,7 @@ async def jsonrpc(request: Request[object, object, State]) -> Response[bytes] | 
         body=body,
         content_type=request.headers.get("content-type"),
         a2a_version=requested_version(request),
-        tenant_of=lambda named: caller_tenant(request, named),
+        tenant_of=functools.partial(caller_tenant, request),
         streams=request.app.state.streams,
         last_event_id=request.headers.get("last-event-id"),
     )

@@ -16,6 +16,7 @@ the request bodies and query parameters the wire models define.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import re
@@ -259,9 +260,7 @@ async def _stream(
         params = await _params(request, tenant, path, source)
         streams: TaskStreams = request.app.state.streams
         last_event_id = request.headers.get("last-event-id")
-        frames = await streams.open(
-            method, params, last_event_id, lambda named: caller_tenant(request, named)
-        )
+        frames = await streams.open(method, params, last_event_id, functools.partial(caller_tenant, request))
     except A2AError as error:
         return error_response(request, error)
     except Exception:

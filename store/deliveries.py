@@ -14,9 +14,8 @@ died hands its lanes over when its leases end. Claims take the rows ``FOR UPDATE
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
@@ -25,6 +24,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+
+from store.group_calls import GroupedCalls
 
 DeliveryState = Literal["pending", "delivered", "gave_up", "refused"]
 """``pending`` (to be tried, or tried again), ``delivered`` (a 2xx), ``gave_up`` (the retry period
@@ -98,7 +99,6 @@ class _Finishing:
     next_attempt_at: datetime | None
     lease: timedelta | None
     now: datetime
-    done: asyncio.Future[Finished] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def __hash__(self) -> int:
         return id(self)
@@ -135,8 +135,7 @@ class DeliveryRecorder:
         self.schema = schema
         self._deliveries = sql.Identifier(schema, DELIVERIES)
         self._attempts = sql.Identifier(schema, ATTEMPTS)
-        self._finishing: list[_Finishing] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._finishing: GroupedCalls[_Finishing, Finished] = GroupedCalls(self._finish_group, MAX_GROUP)
         self._pool = AsyncConnectionPool(
             database_url, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}
         )
@@ -249,27 +248,8 @@ class DeliveryRecorder:
         that wait at the same time share one transaction (a group commit). ``now`` (default: when
         the attempt started) decides which next deliveries are due and when the new claim ends.
         """
-        waiting = _Finishing(delivery, attempt, state, next_attempt_at, lease, now or attempt.started_at)
-        self._finishing.append(waiting)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush())
-        return await waiting.done
-
-    async def _flush(self) -> None:
-        while self._finishing:
-            group, self._finishing = self._finishing[:MAX_GROUP], self._finishing[MAX_GROUP:]
-            try:
-                results = await self._finish_group(group)
-            except BaseException as error:  # the database failed: every waiter learns it
-                for waiting in group:
-                    if not waiting.done.done():
-                        waiting.done.set_exception(error)
-                if isinstance(error, asyncio.CancelledError):
-                    raise
-                continue
-            for waiting, result in zip(group, results, strict=True):
-                if not waiting.done.done():
-                    waiting.done.set_result(result)
+        finishing = _Finishing(delivery, attempt, state, next_attempt_at, lease, now or attempt.started_at)
+        return await self._finishing.call(finishing)
 
     async def _finish_group(self, group: list[_Finishing]) -> list[Finished]:
         """Finish ``group`` in one transaction: four set-based statements, whatever its size."""
