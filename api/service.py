@@ -247,7 +247,8 @@ class A2AService:
         """Register a webhook for a task, or replace the one with the same ``id``.
 
         The config is kept in the task's log (``PushConfigSet``); the answer never carries its
-        ``token`` or ``authentication.credentials``.
+        ``token`` or ``authentication.credentials``. A terminal task takes one too (ADR 0025);
+        nothing is delivered to it, as no event a client sees follows the task's end.
         """
         if not request.task_id:
             raise InvalidParamsError.with_violations(
@@ -260,18 +261,14 @@ class A2AService:
             await asyncio.to_thread(
                 self._store.set_push_config, task_id, tenant=tenant, config=config, clock=self._clock
             )
-        except TaskTerminalError as error:
-            raise UnsupportedOperationError(
-                f"task is {error.source}; a terminal task takes no new push notification configs"
-            ) from None
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None
         return push_config_to_wire(task_id, config)
 
     async def get_push_config(self, request: GetTaskPushNotificationConfigRequest) -> JSON:
-        """One active config of a task; a missing one is TaskNotFound, as the specification lists it."""
+        """One config of a task; a missing one is TaskNotFound, as the specification lists it."""
         task = await self.visible_task(request.task_id, request.tenant)
-        config = _active_configs(task).get(request.id)
+        config = task.push_configs.get(request.id)
         if config is None:
             raise TaskNotFoundError(
                 f"task {request.task_id!r} has no push notification config {request.id!r}"
@@ -279,9 +276,9 @@ class A2AService:
         return push_config_to_wire(task.id, config)
 
     async def list_push_configs(self, request: ListTaskPushNotificationConfigsRequest) -> JSON:
-        """A page of a task's active configs, by id, with the next page's token (``""`` at the end)."""
+        """A page of a task's configs, by id, with the next page's token (``""`` at the end)."""
         task = await self.visible_task(request.task_id, request.tenant)
-        ids = sorted(_active_configs(task))
+        ids = sorted(task.push_configs)
         if request.page_token:
             ids = [config_id for config_id in ids if config_id > request.page_token]
         size = request.page_size or DEFAULT_PAGE_SIZE
@@ -290,7 +287,7 @@ class A2AService:
         return {"configs": configs, "nextPageToken": page[-1] if len(ids) > size else ""}
 
     async def delete_push_config(self, request: DeleteTaskPushNotificationConfigRequest) -> JSON:
-        """Delete a config. Idempotent: an absent config, or one of an ended task, answers ``{}`` too."""
+        """Delete a config (a terminal task's too). Idempotent: an absent config answers ``{}`` too."""
         tenant = request.tenant or DEFAULT_TENANT
         try:
             await asyncio.to_thread(
@@ -300,8 +297,6 @@ class A2AService:
                 config_id=request.id,
                 clock=self._clock,
             )
-        except TaskTerminalError:
-            pass  # a terminal task's configs ended with it: nothing is left to delete
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None
         return {}
@@ -366,11 +361,6 @@ def push_config_to_wire(task_id: UUID, config: JSON) -> JSON:
     if isinstance(authentication, dict):
         wire["authentication"] = {k: v for k, v in authentication.items() if k != "credentials"}
     return wire
-
-
-def _active_configs(task: Task) -> dict[str, JSON]:
-    """A task's configs while it runs; a terminal task has none (configs last until completion)."""
-    return {} if task.is_terminal else task.push_configs
 
 
 def _task_id(text: str) -> UUID:

@@ -289,7 +289,9 @@ class Task(Aggregate):
         """Base of the four terminal events (never recorded itself).
 
         The task enters ``enters`` with ``message`` as its status message, holds no lease and no
-        pause, and is immutable from here on.
+        pause, and what a client sees of it (status, artifacts, history) never changes again:
+        only push configs (``PushConfigSet``, ``PushConfigRemoved``) and one ``Expired`` may
+        follow (ADR 0025).
         """
 
         enters: ClassVar[TaskState]
@@ -464,6 +466,15 @@ class Task(Aggregate):
         """Whether the task reached a terminal state."""
         return self.state in TERMINAL
 
+    @property
+    def ended_at(self) -> datetime | None:
+        """When the task reached its terminal state (``None`` while it runs); retention counts from it.
+
+        The terminal event set the status timestamp, and nothing after it moves that (a push
+        config on a terminal task changes no status, ADR 0025).
+        """
+        return self.status_timestamp if self.is_terminal else None
+
     def lease_valid_at(self, now: datetime) -> bool:
         """Whether some worker holds a lease that has not expired at ``now``."""
         return self.lease_owner is not None and self.lease_until is not None and now < self.lease_until
@@ -637,16 +648,24 @@ class Task(Aggregate):
             self._trigger(self.Failed, now, epoch=None, reason=reason, message=message)
 
     def set_push_config(self, *, now: datetime, config: JSON) -> None:
-        """Register or replace a push notification config (``config['id']`` is its key)."""
-        self._check_not_terminal(self.state)
+        """Register or replace a push notification config (``config['id']`` is its key).
+
+        A terminal task takes configs too (ADR 0025): they change nothing an A2A client sees of
+        the task, and no notification follows them (no event that a client sees comes after the
+        end), so on a terminal task the config is kept without its secrets (``token``,
+        ``authentication.credentials``), which nothing will ever send. An expired task takes none.
+        """
+        self._check_not_expired()
         config_id, url = config.get("id"), config.get("url")
         if not isinstance(config_id, str) or not config_id or not isinstance(url, str) or not url:
             raise InvalidCommandError("a push config needs a non-empty string id and url")
-        self._trigger(self.PushConfigSet, now, config=config)
+        self._trigger(
+            self.PushConfigSet, now, config=public_push_config(config) if self.is_terminal else config
+        )
 
     def remove_push_config(self, *, now: datetime, config_id: str) -> None:
-        """Delete a push notification config; deleting an absent one records nothing."""
-        self._check_not_terminal(self.state)
+        """Delete a push notification config (a terminal task's too); an absent one records nothing."""
+        self._check_not_expired()
         if config_id in self.push_configs:
             self._trigger(self.PushConfigRemoved, now, config_id=config_id)
 
@@ -682,6 +701,10 @@ class Task(Aggregate):
         if step != self.next_step:
             raise StepOrderError(f"task {self.id} is at step {self.next_step}, not {step}")
 
+    def _check_not_expired(self) -> None:
+        if self.expired:
+            raise InvalidCommandError(f"task {self.id} expired; it takes no more events")
+
     def _check_not_terminal(self, target: TaskState) -> None:
         if self.is_terminal:
             raise TaskTerminalError(self.id, self.state, target)
@@ -715,6 +738,19 @@ def _check_after(moment: datetime, now: datetime, what: str) -> None:
             raise InvalidCommandError(f"{name} must be a timezone-aware datetime")
     if moment <= now:
         raise InvalidCommandError(f"{what} must lie after {now.isoformat()}")
+
+
+def public_push_config(config: JSON) -> JSON:
+    """``config`` without ``token`` and ``authentication.credentials``: what only a delivery uses.
+
+    The public form of ``PushConfigSet`` (``projections.event_json``) and the config a terminal
+    task keeps (``Task.set_push_config``).
+    """
+    public = {k: v for k, v in config.items() if k != "token"}
+    authentication = public.get("authentication")
+    if isinstance(authentication, dict):
+        public["authentication"] = {k: v for k, v in authentication.items() if k != "credentials"}
+    return public
 
 
 def lease_end(now: datetime, seconds: float) -> datetime:

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from domain.task import Task
+from domain.task import Task, public_push_config
 
 ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
 """Fields every stored event has; a message carries them as ``taskId``, ``version`` and ``time``."""
@@ -20,10 +20,6 @@ ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originat
 def iso(value: datetime) -> str:
     """ISO 8601 in UTC with a ``Z``."""
     return value.isoformat().replace("+00:00", "Z")
-
-
-SECRET_CONFIG_MEMBERS = ("token",)
-"""Members of a push config that its public form leaves out (with ``authentication.credentials``)."""
 
 
 def event_body(event: Any) -> dict[str, Any]:
@@ -36,15 +32,6 @@ def event_body(event: Any) -> dict[str, Any]:
     if isinstance(event, Task.PushConfigSet):
         body["config"] = public_push_config(body["config"])
     return body
-
-
-def public_push_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without ``token`` and ``authentication.credentials``."""
-    public = {k: v for k, v in config.items() if k not in SECRET_CONFIG_MEMBERS}
-    authentication = public.get("authentication")
-    if isinstance(authentication, dict):
-        public["authentication"] = {k: v for k, v in authentication.items() if k != "credentials"}
-    return public
 
 
 def event_message(position: int | None, tenant: str, event: Any) -> dict[str, Any]:

@@ -5,8 +5,9 @@
 projector`` beside the current-task view: each event applied exactly once, the row and the
 index's position in one transaction. A task's row comes with its ``Submitted`` event (the only
 one that names tenant and skill); ``ended_at`` is set by the event that makes it terminal and
-moved by any later event but ``Expired`` (retention counts from the task's last change, as
-``TaskApplication.expire`` checks it), and ``Expired`` sets ``expired``.
+never moved after it: retention counts from the task's end (``Task.ended_at``, as
+``TaskApplication.expire`` checks it), and a push config set on an ended task does not move it
+(ADR 0025); ``Expired`` sets ``expired``.
 
 The sweeper (``workers.sweeper``) asks ``due`` for terminal, unexpired tasks that ended before
 ``now`` minus the shortest retention, oldest first: one range of a partial index
@@ -50,7 +51,7 @@ class RetentionRow:
     tenant: str
     skill: str
     ended_at: datetime | None
-    """When the task last changed once terminal (``None`` while it runs)."""
+    """When the task ended (``None`` while it runs)."""
     expired: bool
     position: int
     """The log position of the event that last changed the row."""
@@ -64,7 +65,7 @@ def next_retention_row(row: RetentionRow | None, event: Task.Event, position: in
         return None
     if isinstance(event, Task.Expired):
         return replace(row, expired=True, position=position)
-    if isinstance(event, _TERMINAL) or row.ended_at is not None:
+    if isinstance(event, _TERMINAL):
         return replace(row, ended_at=event.timestamp, position=position)
     return None
 

@@ -328,7 +328,9 @@ class TaskApplication(Application[UUID]):
         Raises:
             TaskNotFoundError: See ``get_visible``.
             TooManyPushConfigsError: A new id on a task that has ``MAX_PUSH_CONFIGS`` already.
-            TaskTerminalError: The task ended (its configs ended with it).
+
+        A terminal task takes configs too, kept without their secrets: nothing follows its end
+        that a webhook would deliver (ADR 0025).
         """
         return self._run(
             lambda task, now: _set_push_config(task, now, config), task_id, tenant=tenant, clock=clock
@@ -339,7 +341,6 @@ class TaskApplication(Application[UUID]):
 
         Raises:
             TaskNotFoundError: See ``get_visible``.
-            TaskTerminalError: The task ended (the caller answers that nothing is left to delete).
         """
         return self._run(
             lambda task, now: task.remove_push_config(now=now, config_id=config_id),
@@ -373,7 +374,8 @@ class TaskApplication(Application[UUID]):
         """Mark a terminal task as past its retention: from now on it answers TaskNotFound.
 
         ``retention`` is one period for every task, or a policy that gives each task its own
-        (per tenant and skill); the task's own is checked against its last change here.
+        (per tenant and skill); the task's own is checked here against the time it ended (a push
+        config set on it since does not move that, ADR 0025).
 
         Raises:
             DomainError: The task is not terminal, or already expired.
@@ -383,9 +385,10 @@ class TaskApplication(Application[UUID]):
 
         def expire(task: Task, now: datetime) -> None:
             own = policy.of(task.tenant, task.skill)
-            if task.is_terminal and not task.expired and now - task.modified_on < own:
+            ended_at = task.ended_at
+            if ended_at is not None and not task.expired and now - ended_at < own:
                 raise RetentionNotReachedError(
-                    f"task {task.id} ended at {task.modified_on.isoformat()}; its retention is {own}"
+                    f"task {task.id} ended at {ended_at.isoformat()}; its retention is {own}"
                 )
             task.expire(now=now, reason=f"retention of {span(own)} after the task ended")
 

@@ -88,7 +88,7 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
     def due_expiries(
         self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
     ) -> list[UUID]:
-        """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
+        """Terminal, not yet expired tasks that ended at or before ``ended_before``."""
         rows = self._select(
             lambda r: (
                 r.state in TERMINAL

@@ -128,7 +128,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     def due_expiries(
         self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
     ) -> list[UUID]:
-        """Terminal, not yet expired tasks whose last change was before ``ended_before``."""
+        """Terminal, not yet expired tasks that ended at or before ``ended_before``."""
         since, after_id = after if after is not None else (None, None)
         rows = self._query(
             "SELECT task_id FROM {schema}.{table} WHERE state IN (" + TERMINAL_SQL + ")"

@@ -42,6 +42,8 @@ class RunQueueRow:
     lease_until: datetime | None
     deadline: datetime | None
     updated_at: datetime
+    """The task's last change; once it is terminal, the time it ended (``Task.ended_at``): a push
+    config set on an ended task moves no retention (ADR 0025)."""
     expired: bool
 
     @classmethod
@@ -58,7 +60,7 @@ class RunQueueRow:
             lease_owner=task.lease_owner,
             lease_until=task.lease_until,
             deadline=task.pause_deadline if task.pause is not None else None,
-            updated_at=task.modified_on,
+            updated_at=task.ended_at or task.modified_on,
             expired=task.expired,
         )
 
@@ -98,9 +100,9 @@ class RunQueue(Protocol):
     def due_expiries(
         self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
     ) -> list[UUID]:
-        """Terminal, not yet expired tasks last changed at or before ``ended_before``, oldest first.
+        """Terminal, not yet expired tasks that ended at or before ``ended_before``, oldest first.
 
-        Ordered by ``(last change, task id)``; ``after`` continues behind that key (a page cursor).
+        Ordered by ``(end, task id)``; ``after`` continues behind that key (a page cursor).
         """
         ...
 

@@ -154,18 +154,18 @@ class TestCreate:
         assert field in error["message"]
         assert log_position(store) == before
 
-    async def test_a_terminal_task_takes_no_new_config(
+    async def test_a_terminal_task_takes_a_config_and_keeps_no_secrets_of_it(
         self, rpc: Rpc, store: TaskApplication, advance: Advance
     ) -> None:
+        """ADR 0025; both bindings and every method: ``test_push_configs_on_ended_tasks.py``."""
         task_id = await _task(rpc)
         advance.complete(UUID(task_id))
-        before = log_position(store)
 
         response = await rpc("CreateTaskPushNotificationConfig", _config(task_id))
 
-        error = error_of(response, -32004, "UNSUPPORTED_OPERATION")
-        assert "TASK_STATE_COMPLETED" in error["message"]
-        assert log_position(store) == before
+        assert response["result"]["id"] == "hook-1"
+        assert _event_types(store, task_id)[-2:] == ["Completed", "PushConfigSet"]
+        _no_secrets(store.get(UUID(task_id)).push_configs)
 
 
 class TestGetAndList:
@@ -231,7 +231,7 @@ class TestGetAndList:
 
         assert response["result"] == {"configs": [], "nextPageToken": ""}
 
-    async def test_configs_last_until_the_task_ends(self, rpc: Rpc, advance: Advance) -> None:
+    async def test_configs_outlast_the_task_until_deleted(self, rpc: Rpc, advance: Advance) -> None:
         task_id = await _task(rpc)
         await rpc("CreateTaskPushNotificationConfig", _config(task_id))
         advance.complete(UUID(task_id))
@@ -239,8 +239,9 @@ class TestGetAndList:
         listed = await rpc("ListTaskPushNotificationConfigs", {"taskId": task_id})
         got = await rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook-1"})
 
-        assert listed["result"] == {"configs": [], "nextPageToken": ""}
-        error_of(got, -32001, "TASK_NOT_FOUND")
+        assert [c["id"] for c in listed["result"]["configs"]] == ["hook-1"]
+        assert got["result"]["id"] == "hook-1"
+        _no_secrets([listed, got])
 
     async def test_get_task_never_shows_a_config_or_its_secrets(self, rpc: Rpc) -> None:
         task_id = await _task(rpc)
@@ -283,18 +284,18 @@ class TestDelete:
         assert _event_types(store, task_id)[-2:] == ["PushConfigSet", "PushConfigRemoved"]
         error_of(await rpc("GetTaskPushNotificationConfig", params), -32001, "TASK_NOT_FOUND")
 
-    async def test_deleting_from_an_ended_task_answers_empty(
+    async def test_deleting_from_an_ended_task_removes_the_config(
         self, rpc: Rpc, store: TaskApplication, advance: Advance
     ) -> None:
         task_id = await _task(rpc)
         await rpc("CreateTaskPushNotificationConfig", _config(task_id))
         advance.complete(UUID(task_id))
-        before = log_position(store)
 
         response = await rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook-1"})
 
         assert response["result"] == {}
-        assert log_position(store) == before
+        assert _event_types(store, task_id)[-2:] == ["Completed", "PushConfigRemoved"]
+        assert store.get(UUID(task_id)).push_configs == {}
 
     async def test_an_unknown_task_is_not_found(self, rpc: Rpc) -> None:
         response = await rpc(

@@ -237,6 +237,27 @@ async def test_a_resumed_stream_of_a_task_that_ended_meanwhile_sends_what_is_lef
         assert await stream.rest() == []
 
 
+async def test_push_configs_after_the_end_add_no_frame_and_subscribe_still_refuses(
+    http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+) -> None:
+    """ADR 0025: a config set on an ended task is in its log, yet a client sees no new event."""
+    task_id = await _started(http, advance)
+    ended = (await asyncio.to_thread(advance.complete, task_id)).version
+    config = {"taskId": str(task_id), "id": "late", "url": "https://93.184.215.14/late"}
+    created = await http.post("/a2a/jsonrpc", json=rpc_body("CreateTaskPushNotificationConfig", config))
+    assert created.json()["result"]["id"] == "late"
+    assert (await asyncio.to_thread(store.get, task_id)).version == ended + 1
+
+    refused = await http.post("/a2a/jsonrpc", json=rpc_body("SubscribeToTask", {"id": str(task_id)}))
+    error_of(refused.json(), -32004, "UNSUPPORTED_OPERATION")
+    async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}, last_event_id=2) as stream:
+        resumed = await stream.rest()
+    async with open_stream(http, "SubscribeToTask", {"id": str(task_id)}, last_event_id=ended) as stream:
+        assert await stream.rest() == []
+    assert pairs(resumed) == visible(store, task_id, after=2)
+    assert resumed[-1].id == ended
+
+
 async def test_a_bad_last_event_id_is_an_error_before_the_stream(
     http: httpx.AsyncClient, advance: Advance
 ) -> None:

@@ -1,5 +1,8 @@
 """Fencing, at most one holder, and terminal immutability, as matrices over every command.
 
+A terminal task is immutable to A2A clients: its status, artifacts and history never change;
+only its push configs may (ADR 0025).
+
 A worker whose lease was superseded (expired, re-granted, released, task paused, answered,
 canceled or finished) gets ``LeaseLostError`` from *every* worker command: that is the one
 error the worker treats as "stop and never write again" (``workers/lease.py``).
@@ -8,11 +11,12 @@ error the worker treats as "stop and never write again" (``workers/lease.py``).
 from __future__ import annotations
 
 import contextlib
+import copy
 from datetime import datetime, timedelta
 
 import pytest
 
-from domain.errors import DomainError, LeaseHeldError, LeaseLostError, TaskTerminalError
+from domain.errors import DomainError, InvalidCommandError, LeaseHeldError, LeaseLostError, TaskTerminalError
 from domain.states import TaskState
 from domain.task import Task
 from tests.domain.support import (
@@ -156,6 +160,9 @@ def test_epochs_only_ever_grow() -> None:
 
 
 # ------------------------------------------------------------------------ terminal immutability
+# A terminal task's A2A-visible Task (status, artifacts, history) never changes again. Only its
+# push configs may (PushConfigSet, PushConfigRemoved: ADR 0025), and one Expired; an expired
+# task takes nothing at all.
 
 TERMINAL: dict[str, tuple[Command, ...]] = {
     "completed": (grant(), complete()),
@@ -167,39 +174,57 @@ TERMINAL: dict[str, tuple[Command, ...]] = {
     "expired": (grant(), set_push("p-0"), complete(), expire()),
 }
 
-EVERY_OTHER_COMMAND: dict[str, Command] = {
+PUSH_CONFIG_COMMANDS: dict[str, Command] = {
+    "set_push_config": set_push("p-9"),
+    "set_push_config(p-0)": set_push("p-0", "https://other.example/hook"),
+    "remove_push_config": remove_push("p-1"),
+    "remove_push_config(p-0)": remove_push("p-0"),
+}
+
+STATE_COMMANDS: dict[str, Command] = {
     "grant_lease": grant("w9"),
     **WORKER_COMMANDS,
     "receive_input": answer(),
     "cancel": cancel(),
     "expire_pause": expire_pause(),
-    "set_push_config": set_push("p-9"),
-    "remove_push_config": remove_push("p-1"),
-    "remove_push_config(p-0)": remove_push("p-0"),
 }
+
+EVERY_OTHER_COMMAND: dict[str, Command] = {**STATE_COMMANDS, **PUSH_CONFIG_COMMANDS}
+
+PUSH_CONFIG_EVENTS = (Task.PushConfigSet, Task.PushConfigRemoved)
+
+
+def visible(task: Task) -> tuple[object, ...]:
+    """What an A2A client sees of a task (the wire Task is built from these alone)."""
+    return (
+        task.state,
+        task.status_message,
+        task.status_timestamp,
+        task.artifacts,
+        task.history,
+        task.context_id,
+        task.ended_at,
+    )
 
 
 @pytest.mark.parametrize(
     ("terminal", "command"),
-    [
-        pytest.param(
-            t,
-            c,
-            id=f"{t}-{c}",
-        )
-        for t in TERMINAL
-        for c in EVERY_OTHER_COMMAND
-    ],
+    [pytest.param(t, c, id=f"{t}-{c}") for t in TERMINAL for c in EVERY_OTHER_COMMAND],
 )
-def test_a_terminal_task_is_immutable(terminal: str, command: str) -> None:
+def test_a_terminal_task_is_immutable_to_a2a_clients(terminal: str, command: str) -> None:
+    """Whatever the command: the visible task stays; only a push config event may be recorded."""
     task = _terminal_with_push_config(terminal)
-    version, state = task.version, task.state
+    seen, version = copy.deepcopy(visible(task)), task.version
 
     for moment in (LATER, at(days=400)):
         with contextlib.suppress(DomainError):
             EVERY_OTHER_COMMAND[command](task, moment)
-        assert list(task.collect_events()) == [], f"{command} recorded an event on a {state} task"
-        assert (task.version, task.state) == (version, state)
+        recorded = list(task.collect_events())
+        allowed = () if terminal == "expired" or command in STATE_COMMANDS else PUSH_CONFIG_EVENTS
+        assert all(isinstance(e, allowed) for e in recorded), f"{command} recorded {recorded}"
+        version += len(recorded)
+        assert task.version == version
+        assert visible(task) == seen, f"{command} changed what a client sees of a {task.state} task"
 
 
 def _terminal_with_push_config(terminal: str) -> Task:
@@ -214,18 +239,73 @@ def _terminal_with_push_config(terminal: str) -> Task:
 def test_commands_that_would_change_a_terminal_task_raise(terminal: str) -> None:
     task = _terminal_with_push_config(terminal)
 
-    for name, command in EVERY_OTHER_COMMAND.items():
-        if name.startswith("remove_push_config"):
-            continue
+    for command in STATE_COMMANDS.values():
         with pytest.raises(DomainError):
             command(task, at(days=400))
-    refused(task, set_push("p-9"), TaskTerminalError)
     refused(task, grant("w9"), TaskTerminalError)
     refused(task, answer(), TaskTerminalError)
+    refused(task, cancel(), TaskTerminalError)
 
 
 @pytest.mark.parametrize("terminal", [t for t in TERMINAL if t != "expired"])
-def test_expire_is_the_only_event_after_terminal_and_only_once(terminal: str) -> None:
+def test_a_terminal_task_takes_push_configs_without_their_secrets(terminal: str) -> None:
+    """Nothing will be delivered to a config set after the end, so its secrets are not kept."""
+    task = _terminal_with_push_config(terminal)
+    config = {
+        "id": "p-9",
+        "url": "https://hooks.example/late",
+        "token": "t0ken",
+        "authentication": {"scheme": "Bearer", "credentials": "s3cret"},
+    }
+
+    (event,) = when(task, lambda t, now: t.set_push_config(now=now, config=config), now=at(days=2))
+
+    assert isinstance(event, Task.PushConfigSet)
+    kept = {"id": "p-9", "url": "https://hooks.example/late", "authentication": {"scheme": "Bearer"}}
+    assert event.config == kept
+    assert task.push_configs == {"p-0": {"id": "p-0", "url": "https://hooks.example/a2a"}, "p-9": kept}
+    assert types(when(task, remove_push("p-0"), now=at(days=3))) == ["PushConfigRemoved"]
+    assert when(task, remove_push("p-0"), now=at(days=3)) == []  # deleting again records nothing
+    assert list(task.push_configs) == ["p-9"]
+
+
+def test_a_live_task_keeps_a_configs_secrets_for_delivery() -> None:
+    task = given(grant())
+    config = {"id": "p-1", "url": "https://h.example", "token": "t", "authentication": {"credentials": "c"}}
+
+    when(task, lambda t, now: t.set_push_config(now=now, config=config))
+
+    assert task.push_configs["p-1"] == config
+
+
+@pytest.mark.parametrize("terminal", [t for t in TERMINAL if t != "expired"])
+def test_the_end_time_is_not_moved_by_later_push_configs(terminal: str) -> None:
+    task = _terminal_with_push_config(terminal)
+    ended_at = task.ended_at
+    assert ended_at is not None
+    assert ended_at == task.modified_on
+
+    when(task, set_push("p-9"), now=at(days=20))
+    when(task, remove_push("p-0"), now=at(days=21))
+
+    assert task.ended_at == task.status_timestamp == ended_at
+    assert task.modified_on == at(days=21)
+
+
+def test_an_expired_task_takes_no_push_config() -> None:
+    task = given(*TERMINAL["expired"])
+
+    refused(task, set_push("p-9"), InvalidCommandError)
+    refused(task, remove_push("p-0"), InvalidCommandError)
+    assert list(task.push_configs) == ["p-0"]
+
+
+def test_a_running_task_has_no_end_time() -> None:
+    assert given(grant(), ask(0)).ended_at is None
+
+
+@pytest.mark.parametrize("terminal", [t for t in TERMINAL if t != "expired"])
+def test_a_terminal_task_expires_once_and_stays_in_its_state(terminal: str) -> None:
     task = _terminal_with_push_config(terminal)
     state = task.state
 

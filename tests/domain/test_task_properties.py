@@ -6,6 +6,7 @@ step indexes are sometimes repeated or skipped. After every rule the invariants 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -69,6 +70,21 @@ _CONCRETE_BASED = (
 )
 """The events recorded under the two shared bases; the bases themselves never are."""
 _STEP_EVENTS = (Task.StepCompleted, Task.InputRequested, Task.AuthRequested)
+_AFTER_THE_END = (Task.PushConfigSet, Task.PushConfigRemoved, Task.Expired)
+"""The only events a terminal task records (ADR 0025): none changes what a client sees."""
+
+
+def visible(task: Task) -> tuple[Any, ...]:
+    """What an A2A client sees of a task (the wire Task is built from these), and its end time."""
+    return (
+        task.state,
+        task.status_message,
+        task.status_timestamp,
+        task.artifacts,
+        task.history,
+        task.context_id,
+        task.ended_at,
+    )
 
 
 def comparable(task: Task) -> dict[str, Any]:
@@ -93,6 +109,7 @@ class TaskLifecycle(RuleBasedStateMachine):
         self.events: list[Any] = list(self.task.collect_events())
         self.app.save(*self.events)
         self.terminal_state: TaskState | None = None
+        self.terminal_view: tuple[Any, ...] = ()
         self.committed_steps: list[int] = []
         self.effect_keys: list[str] = []
         self.refusals = 0
@@ -114,6 +131,7 @@ class TaskLifecycle(RuleBasedStateMachine):
         """Run a command; check that a refusal records nothing and a success is legal."""
         task = self.task
         before, version, source = state_of(task), task.version, task.state
+        visible_before = copy.deepcopy(visible(task))
         try:
             command()
         except DomainError as error:
@@ -136,7 +154,12 @@ class TaskLifecycle(RuleBasedStateMachine):
             else:
                 assert task.state == entered, f"{type(event).__name__} left the task {task.state}"
             if source in TERMINAL:
-                assert isinstance(event, Task.Expired), f"{type(event).__name__} recorded on a {source} task"
+                record_statistic(f"after the end: {type(event).__name__}")
+                assert not before["expired"], f"{type(event).__name__} recorded on an expired task"
+                assert isinstance(event, _AFTER_THE_END), (
+                    f"{type(event).__name__} recorded on a {source} task"
+                )
+                assert visible(task) == visible_before, f"{type(event).__name__} changed a {source} task"
             assert not isinstance(event, Task._PauseRequested | Task._Ended) or type(event) in _CONCRETE_BASED
             if isinstance(event, Task.Failed) and event.epoch is None:
                 assert source in INTERRUPTED, "only the sweeper fails without a lease, and only a pause"
@@ -296,20 +319,37 @@ class TaskLifecycle(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules: client and sweeper
 
-    @rule(
-        action=st.sampled_from(["answer"] * 3 + ["expire_pause", "cancel", "set_push", "remove_push"]),
-        config_id=st.sampled_from(["p1", "p2"]),
-    )
-    def client_or_sweeper(self, action: str, config_id: str) -> None:
+    @rule(action=st.sampled_from(["answer"] * 3 + ["expire_pause", "cancel"]))
+    def client_or_sweeper(self, action: str) -> None:
         task, now = self.task, self.now
         commands: dict[str, Callable[[], None]] = {
             "answer": lambda: task.receive_input(now=now, message=text_message("yes", role="ROLE_USER")),
             "expire_pause": lambda: task.expire_pause(now=now, message=text_message("late")),
             "cancel": lambda: task.cancel(now=now, reason="client"),
-            "set_push": lambda: task.set_push_config(now=now, config={"id": config_id, "url": "https://h"}),
-            "remove_push": lambda: task.remove_push_config(now=now, config_id=config_id),
         }
         self.attempt(commands[action])
+
+    @rule(config_id=st.sampled_from(["p1", "p2"]), remove=st.booleans(), secret=st.booleans())
+    def push_config(self, config_id: str, remove: bool, secret: bool) -> None:
+        """A client sets or deletes a push config, at any moment: before the end and after it."""
+        task, now = self.task, self.now
+        if remove:
+            self.attempt(lambda: task.remove_push_config(now=now, config_id=config_id))
+            return
+        config: dict[str, Any] = {"id": config_id, "url": "https://h"}
+        if secret:
+            config |= {"token": "t", "authentication": {"scheme": "Bearer", "credentials": "c"}}
+        self.attempt(lambda: task.set_push_config(now=now, config=config))
+
+    @invariant()
+    def configs_set_after_the_end_keep_no_secrets(self) -> None:
+        """Nothing is delivered after the end, so nothing needs a config's secrets then."""
+        ended = False
+        for event in self.events:
+            ended = ended or isinstance(event, Task._Ended)
+            if ended and isinstance(event, Task.PushConfigSet):
+                assert "token" not in event.config
+                assert "credentials" not in event.config.get("authentication", {})
 
     @rule()
     def expire(self) -> None:
@@ -342,10 +382,16 @@ class TaskLifecycle(RuleBasedStateMachine):
 
     @invariant()
     def terminal_states_absorb(self) -> None:
+        """A terminal task stays as it ended; its end time is that of its terminal event."""
         if self.terminal_state is not None:
             assert self.task.state == self.terminal_state
+            assert visible(self.task) == self.terminal_view
         elif self.task.state in TERMINAL:
             self.terminal_state = self.task.state
+            self.terminal_view = copy.deepcopy(visible(self.task))
+            ended = next(e for e in reversed(self.events) if isinstance(e, Task._Ended))
+            assert self.task.ended_at == ended.timestamp
+        assert (self.task.ended_at is None) == (self.task.state not in TERMINAL)
         assert not self.task.expired or self.task.state in TERMINAL
 
     @invariant()

@@ -40,11 +40,11 @@ def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Ite
 
 
 def expected(task: Task) -> dict[str, Any]:
-    """What the index must say of ``task``: retention counts from its last change once terminal."""
+    """What the index must say of ``task``: retention counts from its end (not moved by a config)."""
     return {
         "tenant": task.tenant,
         "skill": task.skill,
-        "ended_at": task.modified_on if task.is_terminal and not task.expired else None,
+        "ended_at": task.ended_at if not task.expired else None,
         "expired": task.expired,
     }
 
@@ -88,7 +88,7 @@ def test_due_finds_terminal_unexpired_tasks_oldest_first_after_a_cursor(
     index.rebuild(postgres_store)
     tasks = postgres_store.get_many(ids)
     ended = sorted(
-        (t for t in tasks.values() if t.is_terminal and not t.expired), key=lambda t: (t.modified_on, t.id)
+        (t for t in tasks.values() if t.is_terminal and not t.expired), key=lambda t: (t.ended_at, t.id)
     )
     assert len(ended) >= 3
     assert [r.task_id for r in index.due(clock(), 100)] == [t.id for t in ended]
@@ -97,4 +97,6 @@ def test_due_finds_terminal_unexpired_tasks_oldest_first_after_a_cursor(
     assert first[0].ended_at is not None
     after = index.due(clock(), 100, after=(first[0].ended_at, first[0].task_id))
     assert [r.task_id for r in after] == [t.id for t in ended[1:]]
-    assert index.due(ended[0].modified_on - timedelta(microseconds=1), 100) == []
+    ended_at = ended[0].ended_at
+    assert ended_at is not None
+    assert index.due(ended_at - timedelta(microseconds=1), 100) == []

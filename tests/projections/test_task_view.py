@@ -68,6 +68,11 @@ def some_tasks(store: TaskApplication, clock: FakeClock) -> list[UUID]:
     advance.complete(ids[4])
     store.cancel(ids[5], tenant="acme", clock=clock)
     advance.expire(ids[6])
+    clock.advance(timedelta(hours=1))  # push configs on ended tasks move neither view (ADR 0025)
+    config = {"id": "late", "url": "https://hooks.example/late"}
+    store.set_push_config(ids[4], tenant="default", config=config, clock=clock)
+    store.set_push_config(ids[5], tenant="acme", config=config, clock=clock)
+    store.remove_push_config(ids[5], tenant="acme", config_id="late", clock=clock)
     return ids
 
 
@@ -121,6 +126,23 @@ def test_the_view_follows_the_log_and_equals_the_aggregates(
     Advance(postgres_store, clock).complete(ids[0])
     projector.wait(log_position(postgres_store), timeout=WAIT_S)
     assert_view_equals_the_aggregates(postgres_store, view, ids)
+
+
+def test_a_push_config_on_an_ended_task_moves_no_status_timestamp(
+    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock, projector: Any
+) -> None:
+    """The view keeps the time a task ended however many configs follow (ADR 0025)."""
+    ids = some_tasks(postgres_store, clock)  # ids[4] completed, ids[5] canceled, then configs set
+    projector.wait(log_position(postgres_store), timeout=WAIT_S)
+    rows = {row.task_id: row for row in view.rows()}
+
+    for task_id in ids[4:6]:
+        events = list(postgres_store.history(task_id))
+        ended = next(e for e in events if isinstance(e, (Task.Completed, Task.Canceled)))
+        assert isinstance(events[-1], (Task.PushConfigSet, Task.PushConfigRemoved))
+        assert events[-1].timestamp > ended.timestamp
+        assert rows[task_id].status_timestamp == ended.timestamp
+        assert rows[task_id].version == events[-1].originator_version
 
 
 def test_a_restarted_projector_resumes_after_its_position(

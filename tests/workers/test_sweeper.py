@@ -198,3 +198,33 @@ def test_the_use_case_refuses_a_task_before_its_own_retention(any_store: TaskApp
     with pytest.raises(RetentionNotReachedError, match="its retention is 90 days"):
         any_store.expire(task.id, retention=POLICY, clock=lambda: START + timedelta(days=89))
     assert not any_store.get(task.id).expired
+
+
+def test_a_push_config_set_after_the_end_does_not_move_retention(
+    any_store: TaskApplication, sweep: Sweep
+) -> None:
+    """Retention counts from the end (ADR 0025): the run queue, the index and the use case agree."""
+    store = any_store
+    clock = MovableClock(START + timedelta(days=20))
+    sweeper = Sweeper(store=store, clock=clock, retention=RETENTION, interval=1)
+    task = _ended(store, tenant="globex", skill="echo", at=START)
+    config = {"id": "late", "url": "https://hooks.example/late"}
+    store.set_push_config(task.id, tenant="globex", config=config, clock=clock)
+    clock.now = START + timedelta(days=21)
+    store.remove_push_config(task.id, tenant="globex", config_id="late", clock=clock)
+    store.set_push_config(task.id, tenant="globex", config=config, clock=clock)
+    row = store.run_queue.row(task.id)
+    assert row is not None
+    assert row.updated_at == START
+
+    clock.now = START + RETENTION - timedelta(seconds=1)
+    assert sweep(sweeper) == (0, 0)
+    clock.now = START + RETENTION
+    assert sweep(sweeper) == (0, 1)
+    assert store.get(task.id).expired
+    assert [type(e).__name__ for e in store.history(task.id)][-4:] == [
+        "PushConfigSet",
+        "PushConfigRemoved",
+        "PushConfigSet",
+        "Expired",
+    ]
