@@ -204,7 +204,7 @@ def test_after_a_lost_race_the_command_re_checks_and_its_refusal_is_not_retried(
         store.save_tasks(copy)
 
     def command(copy: Task, now: datetime) -> None:
-        copy.set_push_config(now=now, config={"id": "ours", "url": "https://example.com/ours"})
+        copy.cancel(now=now, reason="ours")
 
     with pytest.raises(TaskTerminalError):
         run_with_retries(command, load=load, save=save, clock=_clock, policy=FAST, sleep=lambda _: None)
