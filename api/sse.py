@@ -51,6 +51,39 @@ class SseEnvelope:
     error_event: str | None = None
 
 
+class PrimedFrames:
+    """A stream whose first frame is ready when it opens (the task snapshot), then ``rest``.
+
+    ``sse_body`` writes ``first`` at once, before it starts waiting on ``rest`` (with keep-alives):
+    the first frame of a stream costs no task and no timer, only the write (ADR 0017's snapshot).
+    As an iterator it gives ``first`` then ``rest``'s frames.
+    """
+
+    def __init__(self, first: Frame, rest: AsyncIterator[Frame]) -> None:
+        self.first: Frame | None = first
+        self.rest = rest
+
+    def take_first(self) -> Frame | None:
+        """The first frame, once (None after it was taken)."""
+        first, self.first = self.first, None
+        return first
+
+    def __aiter__(self) -> PrimedFrames:
+        return self
+
+    async def __anext__(self) -> Frame:
+        first = self.take_first()
+        if first is not None:
+            return first
+        return await anext(self.rest)
+
+    async def aclose(self) -> None:
+        """Close ``rest`` (and its subscription)."""
+        close = getattr(self.rest, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def jsonrpc_envelope(request_id: str | int | None) -> SseEnvelope:
     """The JSON-RPC binding's envelope: every ``data:`` is a full JSON-RPC response with ``id``."""
     return SseEnvelope(
@@ -111,13 +144,17 @@ async def sse_body(
 ) -> AsyncGenerator[bytes, None]:
     """The bytes of the stream: its frames, keep-alive comments while idle, a last error frame.
 
-    The stream is read one frame ahead of nothing: the next frame is awaited only after the last
-    one was written (the server's send waits for a slow client), so nothing piles up here; the
-    feed under the stream bounds what waits for a slow reader (``api.task_feed``). When the
+    A ``PrimedFrames`` stream's first frame is written at once. The stream is read one frame
+    ahead of nothing: the next frame is awaited only after the last one was written (the
+    server's send waits for a slow client), so nothing piles up here; the feed under the stream
+    bounds what waits for a slow reader (``api.task_feed``). When the
     client goes away the body is closed, which closes the stream and its NATS subscription.
     """
     pending: asyncio.Future[Frame] | None = None
     try:
+        first = frames.take_first() if isinstance(frames, PrimedFrames) else None
+        if first is not None:
+            yield frame(envelope.result(first[1]), event_id=first[0])
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(anext(frames))

@@ -5,7 +5,8 @@ exactly as SendMessage does: ``A2AService.accept_message``) before it returns, s
 refusal is an ordinary error answer; what it returns is an async iterator of ``(version,
 StreamResponse)`` frames that the binding writes as SSE (``api.sse``):
 
-- without ``last_event_id``: the task as committed (``task``, its version the frame's id), then
+- without ``last_event_id``: the task as committed (``task``, its version the frame's id: a
+  ``PrimedFrames`` first frame, built before the method returns and written at once), then
   the ``statusUpdate``/``artifactUpdate`` of every later event
   (``projections.stream_response``), read from the task feed (``api.task_feed``: NATS live, the
   log for what NATS did not bring), in version order, each once;
@@ -32,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from api.authentication import TenantOf
 from api.errors import InvalidParamsError, SlowReaderError, UnsupportedOperationError
 from api.service import A2AService
-from api.sse import Frame
+from api.sse import Frame, PrimedFrames
 from api.sse import last_event_id as last_event_id_of
 from api.task_feed import PAGE, FeedOverflowError, StoreLog, TaskFeed
 from api.wire import SendMessageRequest, SubscribeToTaskRequest, parse_params
@@ -74,8 +75,13 @@ class StreamMetrics:
             registry=registry,
         )
 
-    async def counted(self, frames: AsyncIterator[Frame]) -> AsyncGenerator[Frame, None]:
-        """``frames``, counted as an open stream while they are read."""
+    def counted(self, frames: AsyncIterator[Frame]) -> AsyncIterator[Frame]:
+        """``frames``, counted as an open stream while they are read (a primed first frame stays ready)."""
+        if isinstance(frames, PrimedFrames) and frames.first is not None:
+            return PrimedFrames(frames.first, self._counted(frames.rest))
+        return self._counted(frames)
+
+    async def _counted(self, frames: AsyncIterator[Frame]) -> AsyncGenerator[Frame, None]:
         self.open.inc()
         try:
             async for item in frames:
@@ -186,7 +192,9 @@ class TaskStreams:
         """The stream's frames, ending after the first that leaves the task in a state of ``ends``."""
         feed, store_log = sources
         if last_event_id is None:
-            return self._snapshot_then_events(feed, task, ends, history_length)
+            snapshot = {"task": task_to_wire(task, history_length=history_length)}
+            rest = _nothing() if ends_stream(snapshot, ends) else self._events(feed, task, task.version, ends)
+            return PrimedFrames((task.version, snapshot), rest)
         if last_event_id > task.version:
             raise InvalidParamsError.with_violations(
                 f"Last-Event-ID {last_event_id} is past task {task.id}'s version {task.version}",
@@ -195,16 +203,6 @@ class TaskStreams:
         if task.is_terminal:
             return _ended(store_log, task, last_event_id, ends)
         return self._events(feed, task, last_event_id, ends)
-
-    async def _snapshot_then_events(
-        self, feed: TaskFeed, task: Task, ends: frozenset[str], history_length: int | None
-    ) -> AsyncGenerator[Frame, None]:
-        snapshot = {"task": task_to_wire(task, history_length=history_length)}
-        yield task.version, snapshot
-        if ends_stream(snapshot, ends):
-            return
-        async for item in self._events(feed, task, task.version, ends):
-            yield item
 
     async def _events(
         self, feed: TaskFeed, task: Task, after: int, ends: frozenset[str]
@@ -225,6 +223,13 @@ class TaskStreams:
                     f"stream closed: more than {error.max_pending} events waited for this client; "
                     "reconnect with Last-Event-ID set to the last id received to go on from there"
                 ) from None
+
+
+async def _nothing() -> AsyncGenerator[Frame, None]:
+    """No frames: the snapshot ended the stream."""
+    nothing: tuple[Frame, ...] = ()
+    for item in nothing:
+        yield item
 
 
 async def _ended(

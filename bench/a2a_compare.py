@@ -18,6 +18,7 @@ is counted in ``errors`` (the machine's PostgreSQL is shared and may run out of 
 
     uv run python -m bench.a2a_compare [--quick] [--rounds 3 --seconds 5] [--concurrency 1 16 64 128]
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
+        [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 import httpx
 
 from bench.common import (
+    REPO_ROOT,
     base_parser,
     delete_stream,
     free_port,
@@ -164,22 +166,31 @@ async def run_round(base_url: str, mode: str, clients: int, seconds: float) -> R
 
 @contextmanager
 def servers(
-    names: list[str], database_url: str, folder: Path, worker_concurrency: int
+    names: list[str],
+    database_url: str,
+    folder: Path,
+    worker_concurrency: int,
+    baseline_tree: Path | None = None,
 ) -> Iterator[dict[str, str]]:
-    """Start the servers named; yields their base URLs; stops them and drops their schemas."""
+    """Start the servers named; yields their base URLs; stops them and drops their schemas.
+
+    ``longhaul-base`` is ``longhaul up`` run from ``baseline_tree`` (another checkout), for an
+    interleaved A/B of two longhaul versions in the same run.
+    """
     with ExitStack() as stack:
         urls: dict[str, str] = {}
         for name in names:
             port = free_port()
             env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
-            if name == "longhaul":
+            tree = baseline_tree if name == "longhaul-base" and baseline_tree is not None else REPO_ROOT
+            if name in {"longhaul", "longhaul-base"}:
                 schema = stack.enter_context(fresh_schema(database_url, "compare"))
                 env = worker_env(database_url, schema, concurrency=worker_concurrency, lease_seconds=30)
                 env["LONGHAUL_NATS_URL"] = os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222")
                 env["LONGHAUL_NATS_STREAM"] = f"BENCH_{schema}"
                 stack.callback(delete_stream, env["LONGHAUL_NATS_URL"], env["LONGHAUL_NATS_STREAM"])
                 env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
-                env["LONGHAUL_DATA_DIR"] = str(folder / "longhaul")
+                env["LONGHAUL_DATA_DIR"] = str(folder / name)
                 module = ["longhaul.cli", "up"]
             else:
                 store = name.removeprefix("sdk-")
@@ -187,7 +198,7 @@ def servers(
                 if store == "postgres":
                     schema = stack.enter_context(fresh_schema(database_url, "sdk"))
                     module += ["--database-url", database_url, "--schema", schema]
-            stack.callback(stop, start_gateway(module, env, port, folder / f"{name}.log"))
+            stack.callback(stop, start_gateway(module, env, port, folder / f"{name}.log", tree=tree))
             urls[name] = f"http://127.0.0.1:{port}"
         yield urls
 
@@ -267,14 +278,23 @@ def main() -> None:
     parser.add_argument(
         "--worker-concurrency", type=int, default=16, help="longhaul's LONGHAUL_WORKER_CONCURRENCY"
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run longhaul from this checkout (server longhaul-base): an interleaved A/B",
+    )
     args = parser.parse_args()
+    if args.baseline_tree is not None:
+        args.servers = [*args.servers, "longhaul-base"]
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
     folder = Path(tempfile.mkdtemp(prefix="bench-a2a-compare-"))
     samples: dict[str, dict[str, list[Round]]] = {}
     unsupported: set[tuple[str, str]] = set()
     info = machine_info(args.database_url)
-    with servers(args.servers, args.database_url, folder, args.worker_concurrency) as urls:
+    with servers(
+        args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree
+    ) as urls:
         for number in range(args.rounds):
             for mode in args.modes:
                 for c in args.concurrency:

@@ -11,6 +11,7 @@ import pytest
 from api.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from api.sse import (
     KEEPALIVE,
+    PrimedFrames,
     Frame,
     SseEnvelope,
     frame,
@@ -131,3 +132,31 @@ def test_a_send_stream_ends_at_terminal_and_interrupted_states_a_subscription_at
     assert ends_stream({"task": {"status": {"state": "TASK_STATE_AUTH_REQUIRED"}}}, ENDS_SEND_STREAM)
     assert not ends_stream(update("TASK_STATE_INPUT_REQUIRED"), ENDS_SUBSCRIPTION)
     assert not ends_stream({"task": {"status": {"state": "TASK_STATE_AUTH_REQUIRED"}}}, ENDS_SUBSCRIPTION)
+
+
+async def test_a_primed_first_frame_is_written_before_the_rest_is_awaited() -> None:
+    """The snapshot of a stream goes out at once: no task, no timer, whatever the rest does."""
+    started, closed = asyncio.Event(), asyncio.Event()
+
+    async def rest() -> AsyncGenerator[Frame, None]:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+            yield 2, {"b": 2}
+        finally:
+            closed.set()
+
+    body = sse_body(PrimedFrames((1, {"task": {}}), rest()), BARE, keepalive_s=0.05)
+    assert await anext(body) == b'id: 1\ndata: {"task":{}}\n\n'
+    assert not started.is_set()  # written before the rest was even asked for its first frame
+    assert await anext(body) == KEEPALIVE
+    assert started.is_set()
+    await body.aclose()
+    assert closed.is_set()
+
+
+async def test_primed_frames_iterate_as_first_then_rest() -> None:
+    frames = PrimedFrames((1, {"a": 1}), _frames((2, {"b": 2})))
+
+    assert [f async for f in frames] == [(1, {"a": 1}), (2, {"b": 2})]
+    assert await _body(PrimedFrames((3, {"c": 3}), _frames()), BARE) == b'id: 3\ndata: {"c":3}\n\n'
