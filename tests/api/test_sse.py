@@ -11,8 +11,8 @@ import pytest
 from api.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from api.sse import (
     KEEPALIVE,
-    PrimedFrames,
     Frame,
+    PrimedFrames,
     SseEnvelope,
     frame,
     jsonrpc_envelope,
