@@ -150,8 +150,9 @@ def verify_receipt(receipt: Receipt | str | bytes, verifier_key: VerifierKey | s
     """Check a receipt with the log's verifier key alone.
 
     Raises:
-        NoteError: ``verifier_key`` is not a verifier key (the receipt itself is never an exception:
-            a malformed or false one is a verdict with ``valid`` false).
+        NoteError: ``verifier_key`` is not a verifier key (this module's own ``NoteError``, a
+            ``ValueError``). The receipt itself is never an exception: a malformed or false one is a
+            verdict with ``valid`` false.
     """
     key = verifier_key if isinstance(verifier_key, VerifierKey) else VerifierKey.parse(verifier_key)
     try:
