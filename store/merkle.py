@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from uuid import UUID
 
 HASH_SIZE = 32
@@ -164,12 +163,14 @@ def _roots_from_consistency_proof(
 # ---------------------------------------------------------------------------------------- stored subtrees
 
 
-@dataclass(frozen=True, order=True)
-class Node:
-    """A perfect subtree: the ``2**level`` leaves from ``index * 2**level`` (level 0 is one leaf)."""
+class Node(NamedTuple):
+    """A perfect subtree: the ``2**level`` leaves from ``position * 2**level`` (level 0 is one leaf).
+
+    A named tuple, not a dataclass: the sequencer makes two of them per event (a tenth of the cost).
+    """
 
     level: int
-    index: int
+    position: int
 
 
 class SubtreeHashes(Protocol):
