@@ -1,7 +1,7 @@
 """Receipts: a task's latest event proven to be in a signed checkpoint, verifiable offline.
 
-This one file is also the auditor's verifier: copy it anywhere and run, with Python 3.10+ and the
-``cryptography`` package, without longhaul::
+This one file is also the auditor's verifier: copy it anywhere and run it, with Python 3.11 or later
+and the ``cryptography`` package, without longhaul::
 
     python receipts.py verify RECEIPT.json --key VKEY
 
