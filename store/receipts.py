@@ -5,7 +5,8 @@ and the ``cryptography`` package, without longhaul::
 
     python receipts.py verify RECEIPT.json --key VKEY
 
-(``VKEY`` is the log's verifier key string, or a file holding it.) It exits 0 if the receipt verifies,
+(``VKEY`` is the log's verifier key string, or a file holding it; ``--key`` again for each other key
+of the log, old and new around a key rotation.) It exits 0 if the receipt verifies,
 1 if it does not, 2 if it cannot be read. So that it needs nothing else, the definitions it shares
 with ``store/merkle.py``, ``store/signed_notes.py`` and ``store/checkpoints.py`` are copies of
 theirs, kept identical by ``tests/store/test_receipts.py``; change them there and copy them here.
@@ -146,44 +147,55 @@ class ReceiptVerdict:
     checkpoint: Checkpoint | None = None
 
 
-def verify_receipt(receipt: Receipt | str | bytes, verifier_key: VerifierKey | str) -> ReceiptVerdict:
-    """Check a receipt with the log's verifier key alone.
+def verify_receipt(
+    receipt: Receipt | str | bytes, verifier_keys: VerifierKey | str | Sequence[VerifierKey | str]
+) -> ReceiptVerdict:
+    """Check a receipt with the log's verifier key alone (or its keys: old and new around a rotation).
 
     Raises:
-        NoteError: ``verifier_key`` is not a verifier key (this module's own ``NoteError``, a
-            ``ValueError``). The receipt itself is never an exception: a malformed or false one is a
-            verdict with ``valid`` false.
+        NoteError: a verifier key is not one (this module's own ``NoteError``, a ``ValueError``).
+            The receipt itself is never an exception: a malformed or false one is a verdict with
+            ``valid`` false.
     """
-    key = verifier_key if isinstance(verifier_key, VerifierKey) else VerifierKey.parse(verifier_key)
+    given = [verifier_keys] if isinstance(verifier_keys, VerifierKey | str) else list(verifier_keys)
+    keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in given]
     try:
         parsed = receipt if isinstance(receipt, Receipt) else Receipt.from_json(receipt)
     except ReceiptError as error:
         return ReceiptVerdict(False, f"malformed receipt: {error}")
     try:
-        checkpoint = _proven_checkpoint(parsed, key)
+        checkpoint, signer = _proven_checkpoint(parsed, keys)
     except ReceiptError as error:
         return ReceiptVerdict(False, str(error), parsed)
     return ReceiptVerdict(
         True,
         f"task {parsed.task_id} at version {parsed.version} is leaf {parsed.leaf_index} of the tree of "
-        f"size {checkpoint.size} that {key.name}+{key.key_id:08x} signed",
+        f"size {checkpoint.size} that {signer.name}+{signer.key_id:08x} signed",
         parsed,
         checkpoint,
     )
 
 
-def _proven_checkpoint(receipt: Receipt, key: VerifierKey) -> Checkpoint:
-    """The checkpoint ``key`` signed whose root the receipt's leaf and proof lead to, else ReceiptError."""
+def _proven_checkpoint(receipt: Receipt, keys: Sequence[VerifierKey]) -> tuple[Checkpoint, VerifierKey]:
+    """The checkpoint one of ``keys`` signed, and that key, if the receipt's leaf and proof lead to its root.
+
+    Raises:
+        ReceiptError: they do not; the message says which step failed.
+    """
+    names = ", ".join(f"{key.name}+{key.key_id:08x}" for key in keys)
     try:
-        text, _ = open_note(receipt.checkpoint, [key])
+        text, verified = open_note(receipt.checkpoint, keys)
     except NoteError as error:
-        raise ReceiptError(f"the checkpoint is not signed by {key.name}+{key.key_id:08x}: {error}") from None
+        raise ReceiptError(f"the checkpoint is not signed by {names}: {error}") from None
     try:
         checkpoint = parse_checkpoint(text)
     except CheckpointError as error:
         raise ReceiptError(f"the signed note is not a checkpoint: {error}") from None
-    if checkpoint.origin != key.name:
-        raise ReceiptError(f"the checkpoint is of {checkpoint.origin!r}, not of the key's log {key.name!r}")
+    signers = [key for key in verified if key.name == checkpoint.origin]
+    if not signers:
+        raise ReceiptError(
+            f"the checkpoint is of {checkpoint.origin!r}, not of the key's log {verified[0].name!r}"
+        )
     try:
         leaf_hash = hash_leaf(event_leaf(receipt.task_id, receipt.version, receipt.chain_hash))
         root = root_from_inclusion_proof(
@@ -196,25 +208,30 @@ def _proven_checkpoint(receipt: Receipt, key: VerifierKey) -> Checkpoint:
             f"the inclusion proof of leaf {receipt.leaf_index} does not lead to the signed root of the tree "
             f"of size {checkpoint.size}: the leaf or the proof was altered"
         )
-    return checkpoint
+    return checkpoint, signers[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``receipts.py verify RECEIPT.json --key VKEY``: 0 valid, 1 not valid, 2 unreadable input."""
+    """``receipts.py verify RECEIPT.json --key VKEY [--key VKEY]``: 0 valid, 1 not, 2 unreadable input."""
     parser = argparse.ArgumentParser(prog="receipts.py", description="Verify longhaul receipts offline.")
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser("verify", help="verify a receipt against the log's verifier key")
     verify.add_argument("receipt", metavar="RECEIPT", help="the receipt JSON file ('-' for standard input)")
-    verify.add_argument("--key", metavar="VKEY", required=True, help="the verifier key, or a file holding it")
+    verify.add_argument(
+        "--key",
+        metavar="VKEY",
+        required=True,
+        action="append",
+        help="the log's verifier key, or a file holding it; repeat it for each key of the log (rotation)",
+    )
     args = parser.parse_args(argv)
     try:
         document = sys.stdin.buffer.read() if args.receipt == "-" else Path(args.receipt).read_bytes()
-        key_text = args.key if "+" in args.key else Path(args.key).read_text(encoding="utf-8")
-        key = VerifierKey.parse(key_text)
+        keys = [VerifierKey.parse(k if "+" in k else Path(k).read_text(encoding="utf-8")) for k in args.key]
     except (OSError, UnicodeDecodeError, NoteError) as error:
         sys.stderr.write(f"receipts.py: {error}\n")
         return 2
-    verdict = verify_receipt(document, key)
+    verdict = verify_receipt(document, keys)
     sys.stdout.write(f"{'valid' if verdict.valid else 'NOT VALID'}: {verdict.reason}\n")
     return 0 if verdict.valid else 1
 

@@ -126,6 +126,16 @@ class TestVerifying:
         assert not verdict.valid
         assert "not a checkpoint" in verdict.reason
 
+    def test_around_a_rotation_either_key_of_the_log_verifies(self) -> None:
+        new_key = SignerKey.generate(ORIGIN)
+        signed_by_new = issue(EVENTS, 9, signer=new_key)
+        both = [VKEY, str(new_key.verifier())]
+        assert verify_receipt(RECEIPT, both).valid
+        verdict = verify_receipt(signed_by_new, both)
+        assert verdict.valid, verdict.reason
+        assert f"that {ORIGIN}+{new_key.key_id:08x} signed" in verdict.reason
+        assert not verify_receipt(signed_by_new, VKEY).valid  # the old key alone does not
+
     def test_a_bad_verifier_key_is_the_callers_error(self) -> None:
         with pytest.raises(store.receipts.NoteError, match="key name"):
             verify_receipt(RECEIPT, "not a key")
@@ -283,6 +293,10 @@ def test_the_copied_file_verifies_a_receipt_alone(auditor: tuple[Path, dict[str,
 
     by_file = _run(folder, env, "receipts.py", "verify", "-", "--key", "log.vkey", stdin=RECEIPT.to_json())
     assert by_file.returncode == 0, by_file.stdout + by_file.stderr
+
+    (folder / "new.vkey").write_text(str(SignerKey.generate(ORIGIN).verifier()))
+    two_keys = _run(folder, env, "receipts.py", "verify", "receipt.json", "--key", "new.vkey", "--key", VKEY)
+    assert two_keys.returncode == 0, two_keys.stdout + two_keys.stderr
 
 
 def test_the_copied_file_refuses_an_altered_receipt(auditor: tuple[Path, dict[str, str]]) -> None:
