@@ -402,11 +402,13 @@ async def up(settings: Settings) -> None:
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
     ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay, the
     projector and the webhook dispatcher (with a webhook secret it makes in the data directory
-    when none is set). With ``LONGHAUL_STORE=memory`` the tasks live in this process only: no
-    PostgreSQL, NATS, relay, projector or dispatcher (and ListTasks is unsupported).
+    when none is set, as it makes the checkpoint signing key). With ``LONGHAUL_STORE=memory`` the
+    tasks live in this process only: no PostgreSQL, NATS, relay, projector or dispatcher (and
+    ListTasks is unsupported).
     """
     stop = _stop_event()
     in_memory = settings.store == "memory"
+    audit_key = None if in_memory else wiring.audit_signer(settings, create=True)
     with ExitStack() as services:
         if in_memory:
             log.warning("LONGHAUL_STORE=memory: tasks are kept in this process only and lost when it stops")
@@ -446,6 +448,10 @@ async def up(settings: Settings) -> None:
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url
                 )
+                if audit_key is not None:
+                    log.info(
+                        "audit signing key %s; its verifier key: %s", audit_key.name, audit_key.verifier()
+                    )
                 await _run_all(parts, stop, dependencies=dependencies, dependencies_stop=dependencies_stop)
         finally:
             store.close()

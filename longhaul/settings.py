@@ -165,6 +165,13 @@ class Settings(BaseSettings):
         default="text",
         description="Log lines on stderr: text (for people), or json (one JSON object per line).",
     )
+    audit_key_file: Path | None = Field(
+        default=None,
+        description=(
+            "File of the Ed25519 signer key (C2SP note format) that signs the log's checkpoints; only"
+            " its owner may read it. Unset: `up` makes one on first start in LONGHAUL_DATA_DIR/audit-key."
+        ),
+    )
 
     @field_validator("database_url")
     @classmethod

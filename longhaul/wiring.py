@@ -15,9 +15,12 @@ from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
 from projections.subjects import NatsNames
 from store.application import TaskApplication
+from store.checkpoints import CheckpointError, longhaul_origin
 from store.config import MemoryConfig, StoreConfig
+from store.key_files import KeyFileError, create_signer_key, load_signer_key
 from store.retention import RetentionPolicy
 from store.retry import webhook_retry
+from store.signed_notes import SignerKey
 from workers.dispatcher import DispatchConfig
 from workers.relay import StreamLimits
 from workers.skills import builtin_skills
@@ -211,3 +214,32 @@ def dispatch_config(settings: Settings) -> DispatchConfig:
         concurrency=settings.webhook_concurrency,
         allow_private=settings.allow_private_webhooks,
     )
+
+
+AUDIT_KEY_FILE = "audit-key"
+"""The checkpoint signing key `longhaul up` makes in the data directory when none is set."""
+
+
+def audit_signer(settings: Settings, *, create: bool = False) -> SignerKey:
+    """The key that signs checkpoints: ``LONGHAUL_AUDIT_KEY_FILE``, else the data directory's key file.
+
+    With ``create`` (``longhaul up``) a missing ``<data dir>/audit-key`` is made (mode 0600), named
+    ``longhaul/<host name>``, the origin of its checkpoints. A configured file is never made: a
+    mistyped path must not start a log under a new key.
+    """
+    path = settings.audit_key_file or settings.data_dir / AUDIT_KEY_FILE
+    try:
+        if settings.audit_key_file is None and create and not path.exists():
+            return create_signer_key(path, longhaul_origin(deployment_name(socket.gethostname())))
+        return load_signer_key(path)
+    except (KeyFileError, CheckpointError) as error:
+        hint = (
+            "" if settings.audit_key_file else " (LONGHAUL_AUDIT_KEY_FILE is unset; `longhaul up` makes it)"
+        )
+        raise ConfigurationError(f"{error}{hint}") from None
+
+
+def deployment_name(host: str) -> str:
+    """A host name as a deployment name for a checkpoint origin: lowercase, other characters as ``-``."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in host.lower())
+    return name.strip(".-") or "local"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from store.signed_notes import SignerKey
 from tests.support.processes import free_port, rpc, wait_for_http, wait_until
 from tests.support.webhooks import Receiver
 
@@ -91,6 +93,11 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
 
     # The data lives in ./.longhaul by default.
     assert (tmp_path / ".longhaul").is_dir()
+    # up made the checkpoint signing key there, the owner's alone, and logged its verifier key.
+    audit_key = tmp_path / ".longhaul" / "audit-key"
+    assert stat.S_IMODE(audit_key.stat().st_mode) == 0o600
+    verifier = SignerKey.parse(audit_key.read_text()).verifier()
+    assert f"its verifier key: {verifier}" in (tmp_path / "up.log").read_text()
 
     up = _start_up(tmp_path, port)
     try:
@@ -107,6 +114,7 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
     finally:
         assert _interrupt(up) == 0, (tmp_path / "up.log").read_text()
     assert (tmp_path / ".longhaul" / "webhook-secret").read_text().strip() == secret  # kept
+    assert SignerKey.parse(audit_key.read_text()).verifier() == verifier  # kept
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False)
     assert leftovers.stdout.strip() == "", f"processes left running: {leftovers.stdout}"
 
@@ -136,6 +144,7 @@ def test_up_in_memory_runs_tasks_without_a_database_and_keeps_nothing(folder: Pa
     assert "LONGHAUL_STORE=memory" in log
     assert not (folder / ".longhaul" / "postgres").exists()  # no PostgreSQL, no NATS
     assert not (folder / ".longhaul" / "nats").exists()
+    assert not (folder / ".longhaul" / "audit-key").exists()  # no log to sign checkpoints of
 
     up = _start_up(folder, port, store="memory")
     try:
