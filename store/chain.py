@@ -142,16 +142,30 @@ def check_task(task_id: UUID, rows: Sequence[ChainRow]) -> list[ChainFault]:
         recomputed[version] = expected
         if expected != row.chain:
             mismatched.append(row)
-    search = len(by_version) <= MOVED_SEARCH_LIMIT
+    faults += _mismatches(task_id, mismatched, stored, search=len(by_version) <= MOVED_SEARCH_LIMIT)
+    faults.sort(key=lambda f: f.version)
+    return faults
+
+
+def _mismatches(
+    task_id: UUID, mismatched: list[ChainRow], stored: dict[int, bytes], *, search: bool
+) -> list[ChainFault]:
+    """Name each event that does not match its place: moved, a copy, unchained or altered."""
+    faults = []
+    damaged = {row.version for row in mismatched}
     for row in mismatched:
         origin = _origin(task_id, row, stored) if search else None
-        if origin is not None:
-            fault(row.version, FaultKind.OUT_OF_ORDER, f"holds the event of version {origin}")
+        if origin is not None and origin in damaged:  # its own place holds something else: moved
+            kind, detail = FaultKind.OUT_OF_ORDER, f"holds the event of version {origin}"
+        elif origin is not None and row.chain is None:
+            kind, detail = FaultKind.EXTRA_EVENT, f"a copy of the event of version {origin}, with no hash"
+        elif origin is not None:
+            kind, detail = FaultKind.HASH_MISMATCH, f"replaced by a copy of the event of version {origin}"
         elif row.chain is None:
-            fault(row.version, FaultKind.EXTRA_EVENT, "an event with no hash: not appended by longhaul")
+            kind, detail = FaultKind.EXTRA_EVENT, "an event with no hash: not appended by longhaul"
         else:
-            fault(row.version, FaultKind.HASH_MISMATCH, "the event does not match its hash: it was altered")
-    faults.sort(key=lambda f: f.version)
+            kind, detail = FaultKind.HASH_MISMATCH, "the event does not match its hash: it was altered"
+        faults.append(ChainFault(task_id, row.version, kind, detail))
     return faults
 
 

@@ -17,10 +17,10 @@ from psycopg import sql
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store import migrations
 from store.application import TaskApplication
+from store.chain import GENESIS, chain_hash, check_task
 from store.config import StoreConfig
 from store.locks import advisory_lock, ddl_lock_name
 from store.migrations import VERSION_TABLE, SchemaTooNewError
-from store.chain import GENESIS, chain_hash, check_task
 from store.postgres import PostgresRunQueueRecorder
 from store.run_queue import RunQueueRow
 from tests.support.tasks import new_task
