@@ -440,18 +440,29 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     # ------------------------------------------------------------------ chains
 
     def chained_task_ids(self, limit: int, *, after: UUID | None = None) -> list[UUID]:
-        """Ids of tasks with events or chain rows, in id order, after ``after`` (a page cursor)."""
+        """Ids of tasks with events or chain rows, in id order, after ``after`` (a page cursor).
+
+        Two ranges of the primary keys of the events and the chain table.
+        """
         schema = Identifier(self.datastore.schema)
+        since = SQL("WHERE originator_id > %s") if after is not None else SQL("")
+        chain_since = SQL("WHERE task_id > %s") if after is not None else SQL("")
+        params = (after,) if after is not None else ()
         with self.datastore.transaction(commit=False) as curs:
             curs.execute(
                 SQL(
-                    "SELECT id FROM ((SELECT DISTINCT originator_id AS id FROM {}.{}"
-                    " WHERE %s::uuid IS NULL OR originator_id > %s::uuid ORDER BY 1 LIMIT %s)"
-                    " UNION (SELECT DISTINCT task_id FROM {}.{}"
-                    " WHERE %s::uuid IS NULL OR task_id > %s::uuid ORDER BY 1 LIMIT %s)) ids"
+                    "SELECT id FROM ((SELECT DISTINCT originator_id AS id FROM {}.{} {} ORDER BY 1 LIMIT %s)"
+                    " UNION (SELECT DISTINCT task_id FROM {}.{} {} ORDER BY 1 LIMIT %s)) ids"
                     " ORDER BY id LIMIT %s"
-                ).format(schema, Identifier(self.events_table_name), schema, Identifier(self.chain_table)),
-                (after, after, limit, after, after, limit, limit),
+                ).format(
+                    schema,
+                    Identifier(self.events_table_name),
+                    since,
+                    schema,
+                    Identifier(self.chain_table),
+                    chain_since,
+                ),
+                (*params, limit, *params, limit, limit),
             )
             return [row["id"] for row in curs.fetchall()]
 

@@ -149,3 +149,13 @@ def test_events_an_older_release_left_unchained_are_chained_by_the_next_append(
         assert check_task(task.id, rows) == []
     finally:
         later.close()
+
+
+def test_verify_reads_every_task_once_page_by_page(postgres_store: TaskApplication) -> None:
+    tasks = [new_task(START) for _ in range(7)]
+    postgres_store.save_tasks(*tasks)
+    recorder = _recorder(postgres_store)
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    histories = list(recorder.chained_histories(page=3))
+    assert [task_id for task_id, _ in histories] == sorted(t.id for t in tasks)
+    assert all(len(rows) == 1 and check_task(task_id, rows) == [] for task_id, rows in histories)
