@@ -186,3 +186,31 @@ def test_a_copy_of_an_intact_event_is_named_a_copy() -> None:
     assert [(f.version, f.kind, f.detail) for f in check_task(TASK, [rows[0], replaced, *rows[2:]])] == [
         (2, FaultKind.HASH_MISMATCH, "replaced by a copy of the event of version 4")
     ]
+
+
+@given(n=st.integers(min_value=2, max_value=20), data=st.data())
+def test_any_tampering_is_named_at_exactly_the_versions_it_touched(n: int, data: st.DataObject) -> None:
+    rows = _rows(_events(n))
+    kind = data.draw(st.sampled_from(["alter", "delete-event", "delete-both", "swap", "append-copy"]))
+    v = data.draw(st.integers(min_value=1, max_value=n))
+    touched = {v}
+    row = rows[v - 1]
+    assert row.state is not None
+    if kind == "alter":
+        rows[v - 1] = ChainRow(v, row.topic, row.state + b" ", row.chain)
+    elif kind == "delete-event":
+        rows[v - 1] = ChainRow(v, None, None, row.chain)
+    elif kind == "delete-both":
+        del rows[v - 1]
+        if v == n:
+            touched = set()  # a truncation: not visible to a chain alone (documented)
+    elif kind == "swap":
+        w = data.draw(st.integers(min_value=1, max_value=n).filter(lambda x: x != v))
+        other = rows[w - 1]
+        rows[v - 1] = ChainRow(v, row.topic, other.state, row.chain)
+        rows[w - 1] = ChainRow(w, other.topic, row.state, other.chain)
+        touched = {v, w}
+    else:
+        rows.append(ChainRow(n + 1, row.topic, row.state, None))
+        touched = {n + 1}
+    assert {f.version for f in check_task(TASK, rows)} == touched
