@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 
 from domain.task import Task
+from longhaul import commands
 from longhaul.cli import SIGPIPE_EXIT
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -283,3 +284,14 @@ def test_verify_piped_into_head_ends_quietly(tasks: list[Task], store_config: St
     assert lines[0].startswith("task ")
     assert lines[1] in (f"status {SIGPIPE_EXIT}", "status 1")  # head may leave after the last write
     assert "Traceback" not in done.stderr
+
+
+def test_progress_goes_to_stderr(tasks: list[Task], cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "VERIFY_PROGRESS_S", 0.0)  # every task, as on a large store
+    code, out, err = cli("verify")
+    assert code == 0
+    progress = [line for line in err.splitlines() if line.startswith("verify: ")]
+    assert [line.split(",")[0] for line in progress] == [
+        f"verify: {n} tasks" for n in range(1, len(tasks) + 1)
+    ]
+    assert "verify:" not in out
