@@ -135,11 +135,15 @@ def plain_commits(database_url: str, schema: str, clients: int, seconds: float) 
         except BaseException as error:  # noqa: BLE001 - reported by the caller
             errors.append(error)
             stop.set()
+            start.abort()  # a client that could not connect must not leave the others waiting
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
-    start.wait()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        raise errors[0] if errors else RuntimeError("a baseline client failed") from None
     t0 = time.perf_counter()
     time.sleep(seconds)
     stop.set()

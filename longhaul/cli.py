@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument(
         "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
     )
+    verify = sub.add_parser("verify", help="check every task's hash chain (the store, or an archive file)")
+    verify.add_argument(
+        "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
+    )
     tail = sub.add_parser("tail", help="print live task events from NATS, one line each")
     tail.add_argument("--tenant", help="only this tenant's tasks")
     tail.add_argument("--task", type=UUID, metavar="TASK_ID", help="only this task's events")
@@ -167,6 +171,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     ),
     "deliveries": lambda args, settings: commands.deliveries(settings, args.task_id, as_json=args.json),
     "archive": lambda args, settings: commands.archive(settings, args.to),
+    "verify": lambda args, settings: commands.verify(settings, args.archive),
     "tail": _tail,
     "skills": lambda _, settings: commands.skills(settings),
     "migrate": lambda _, settings: commands.migrate(settings),

@@ -166,6 +166,17 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
+    "verify": (
+        (
+            "Check every task's hash chain (docs/audit.md, Chain and Verify): each event against the"
+            " hash stored beside it, chained to the one before. Prints one line per fault, naming the"
+            " task, the version and what is wrong (missing-version, event-deleted, extra-event,"
+            " hash-mismatch, out-of-order), then a summary with counts; progress on stderr every few"
+            " seconds. Exits 1 if any fault, else 0. With --archive FILE it checks an archive file"
+            " (`longhaul archive`) and needs no database. Finds the database as `history` does."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
     "tail": (
         (
             "Print task events live from NATS until Ctrl-C, one line each: time, tenant, task, version,"

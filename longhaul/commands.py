@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
@@ -37,11 +38,13 @@ from longhaul.settings import Settings
 from projections.event_json import dumps, event_message, iso
 from projections.projector import lags, rebuild_all, run_projector
 from store.application import TaskApplication
+from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
 from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import TaskNotFoundError
 from store.migrations import SchemaTooNewError
-from workers.archive import ArchiveError, archive_expired, read_archive
+from store.postgres import PostgresRunQueueRecorder
+from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
 from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
@@ -678,6 +681,54 @@ def archive(settings: Settings, directory: Path) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+VERIFY_PROGRESS_S = 2.0
+"""``verify`` reports progress on stderr at most this often (a store checked in less says nothing)."""
+
+
+def verify(settings: Settings, archive: Path | None = None) -> int:
+    """Check every task's hash chain, in the store or an archive file; 1 if any fault, else 0."""
+    if archive is not None:
+        try:
+            report = _verify(archive_histories(archive), str(archive))
+        except ArchiveError as error:
+            raise CommandError(str(error)) from error
+    else:
+        with _store_for_reading(settings, "verify") as store:
+            recorder = store.recorder
+            assert isinstance(recorder, PostgresRunQueueRecorder)
+            report = _verify(recorder.chained_histories(), f"schema {settings.database_schema}")
+    return 1 if report.faults else 0
+
+
+def _verify(histories: Iterable[tuple[UUID, Sequence[ChainRow]]], where: str) -> ChainReport:
+    started = last = time.monotonic()
+
+    def progress(report: ChainReport) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= VERIFY_PROGRESS_S:
+            last = now
+            print(
+                f"verify: {report.tasks} tasks, {report.events} events checked ({now - started:.0f} s),"
+                f" {report.faults} faults so far",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def fault(found: ChainFault) -> None:
+        print(found)
+
+    report = verify_chains(histories, on_fault=fault, on_task=progress)
+    if report.faults:
+        print(
+            f"{where}: {report.faults} faults in {report.faulty_tasks} of {report.tasks} tasks"
+            f" ({report.events} events checked)"
+        )
+    else:
+        print(f"{where}: every chain verifies ({report.tasks} tasks, {report.events} events)")
+    return report
 
 
 def skills(settings: Settings) -> int:

@@ -4,7 +4,8 @@ For tests and single-process runs without PostgreSQL. Nothing outlives the proce
 process sees it. It keeps the PostgreSQL recorder's contract (``RunQueue``, checked by
 ``tests/store/test_recorder_contract.py``): appends are version-checked, the run-queue rows are
 written under the same lock as the events and only when the append succeeds, and a row is only
-replaced by a row of a newer version. Queries scan the rows (there are no indexes): fine for
+replaced by a row of a newer version; each event's chain hash (``store/chain.py``) is kept beside
+it, computed as the PostgreSQL recorder computes it. Queries scan the rows (there are no indexes): fine for
 tests and demos, not for a million paused tasks.
 """
 
@@ -22,6 +23,7 @@ from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, St
 from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, POPOFactory
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
+from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.run_queue import RunQueueRow, StoredHistory
 
 
@@ -31,6 +33,7 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
     def __init__(self) -> None:
         super().__init__()
         self._rows: dict[UUID, RunQueueRow] = {}
+        self._chains: dict[UUID, dict[int, bytes]] = {}
         self._append_callbacks: set[Callable[[], None]] = set()
         self._callbacks_lock = threading.Lock()
         self.snapshots: POPOAggregateRecorder | None = None
@@ -41,6 +44,11 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         # exactly when the events are.
         rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
         notification_ids = super()._update_table(stored_events, **kwargs)
+        for event in sorted(stored_events, key=lambda e: (str(e.originator_id), e.originator_version)):
+            task_id, version = task_uuid(event.originator_id), event.originator_version
+            chain = self._chains.setdefault(task_id, {})
+            previous = GENESIS if version == 1 else chain[version - 1]
+            chain[version] = chain_hash(task_id, version, event.topic, event.state, previous)
         for row in rows:
             current = self._rows.get(row.task_id)
             if current is None or current.version < row.version:
@@ -150,6 +158,20 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
             if snapshot is not None or events:
                 histories[task_id] = StoredHistory(snapshot=snapshot, events=events)
         return histories
+
+    def chain_rows(self, task_ids: Sequence[UUID]) -> dict[UUID, list[ChainRow]]:
+        """Each task's events with their chain hashes, in version order (as the PostgreSQL recorder)."""
+        found: dict[UUID, list[ChainRow]] = {}
+        with self._database_lock:
+            for task_id in task_ids:
+                chain = self._chains.get(task_id, {})
+                rows = [
+                    ChainRow(e.originator_version, e.topic, e.state, chain.get(e.originator_version))
+                    for e in self.select_events(task_id)
+                ]
+                if rows:
+                    found[task_id] = rows
+        return found
 
     # ------------------------------------------------------------------ wake-ups
 

@@ -5,13 +5,21 @@ library's table lock), so they are written only when the append commits. Claims 
 sweeps are index lookups on partial indexes, so their cost does not grow with the number of
 paused or finished tasks. The table and its indexes come from the schema migrations
 (``store/migrations``), not from this class.
+
+The same transaction writes each event's chain hash (``store/chain.py``) to
+``longhaul_event_chain``, after the events themselves (so a lost race is the library's conflict on
+the events' key). The hash before a task's first new event is known from this process's own last
+commit of that task (a worker commits each step of the tasks it holds), else read before the
+table lock, for all tasks of a group commit in one query.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -25,6 +33,7 @@ from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
+from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.run_queue import RUN_QUEUE_TABLE, RunQueueRow, StoredHistory
 
 log = logging.getLogger(__name__)
@@ -32,6 +41,12 @@ log = logging.getLogger(__name__)
 RUNNABLE_SQL = ", ".join(f"'{s}'" for s in sorted(RUNNABLE))
 PAUSED_SQL = ", ".join(f"'{s}'" for s in sorted(INTERRUPTED))
 TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+CHAIN_TABLE = "longhaul_event_chain"
+CHAIN_HEADS_KEPT = 10_000
+"""Tasks whose last chain hash a process remembers from its own commits (about 1 MB)."""
+
+Link = tuple[UUID, int, bytes]
+"""``(task id, version, chain hash)``: one row of the chain table."""
 
 
 class PostgresRunQueueRecorder(PostgresApplicationRecorder):
@@ -56,10 +71,44 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             " expired = EXCLUDED.expired"
             " WHERE {table}.version < EXCLUDED.version"
         ).format(schema=schema, table=table)
+        self.chain_table = CHAIN_TABLE
+        chain = Identifier(self.chain_table)
+        self._insert_links = SQL("INSERT INTO {}.{} (task_id, version, hash) VALUES (%s, %s, %s)").format(
+            schema, chain
+        )
+        self._select_links = SQL(
+            "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
+            " ON c.task_id = k.id AND c.version = k.version"
+        ).format(schema, chain)
+        self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
+        self._heads_lock = threading.Lock()
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """Append the events, their chain hashes and run-queue rows in one transaction."""
+        links: list[Link] = []
+        ids: Sequence[int] | None = super().insert_events(stored_events, chain_links=links, **kwargs)
+        with self._heads_lock:  # committed: the next commit of these tasks needs no read
+            for task_id, version, digest in links:
+                self._heads[task_id] = (version, digest)
+                self._heads.move_to_end(task_id)
+            while len(self._heads) > CHAIN_HEADS_KEPT:
+                self._heads.popitem(last=False)
+        return ids
+
+    def _insert_stored_events(
+        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        super()._insert_stored_events(curs, stored_events, **kwargs)
+        links: list[Link] = kwargs["chain_links"]
+        if links:  # its own cursor: the events' cursor still holds their notification ids
+            with curs.connection.cursor() as chain:
+                chain.executemany(self._insert_links, links)
 
     def _insert_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
+        links: list[Link] = kwargs["chain_links"]
+        links[:] = self._chain_links(curs, stored_events)
         rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
         if rows:
             curs.executemany(
@@ -83,6 +132,80 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                 ],
             )
         super()._insert_events(curs, stored_events, **kwargs)
+
+    def _chain_links(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[Link]:
+        """The chain rows of ``stored_events``: each task's new events chained to its last hash."""
+        by_task: dict[UUID, list[StoredEvent]] = {}
+        for event in stored_events:
+            by_task.setdefault(task_uuid(event.originator_id), []).append(event)
+        previous: dict[UUID, bytes] = {}
+        wanted: dict[UUID, int] = {}
+        with self._heads_lock:
+            for task_id, events in by_task.items():
+                events.sort(key=lambda e: e.originator_version)
+                before = events[0].originator_version - 1
+                head = self._heads.get(task_id)
+                if before == 0:
+                    previous[task_id] = GENESIS
+                elif head is not None and head[0] == before:
+                    previous[task_id] = head[1]
+                else:
+                    wanted[task_id] = before
+        if wanted:
+            curs.execute(self._select_links, (list(wanted), list(wanted.values())), prepare=True)
+            previous.update((row["task_id"], bytes(row["hash"])) for row in curs.fetchall())
+        links: list[Link] = []
+        unchained = [task_id for task_id in wanted if task_id not in previous]
+        if unchained:
+            links += self._chain_unchained(curs, {t: wanted[t] for t in unchained}, previous)
+        for task_id, events in by_task.items():
+            digest = previous[task_id]
+            for event in events:
+                digest = chain_hash(task_id, event.originator_version, event.topic, event.state, digest)
+                links.append((task_id, event.originator_version, digest))
+        return links
+
+    def _chain_unchained(
+        self, curs: Cursor[DictRow], up_to: dict[UUID, int], previous: dict[UUID, bytes]
+    ) -> list[Link]:
+        """Chain the events before a new one that have no hash (stored by a release before chains).
+
+        Only events that an older release appended while this one migrated have none; they are
+        chained here, from each task's last stored hash, in the same transaction, with a warning.
+        """
+        curs.execute(
+            SQL(
+                "SELECT e.originator_id, e.originator_version, e.topic, e.state, c.hash FROM {}.{} e"
+                " JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, up_to)"
+                " ON e.originator_id = k.id AND e.originator_version <= k.up_to"
+                " LEFT JOIN {}.{} c ON c.task_id = e.originator_id AND c.version = e.originator_version"
+                " ORDER BY e.originator_id, e.originator_version"
+            ).format(
+                Identifier(self.datastore.schema),
+                Identifier(self.events_table_name),
+                Identifier(self.datastore.schema),
+                Identifier(self.chain_table),
+            ),
+            (list(up_to), list(up_to.values())),
+        )
+        links: list[Link] = []
+        for row in curs.fetchall():
+            task_id, version = row["originator_id"], row["originator_version"]
+            digest = GENESIS if version == 1 else previous.get(task_id, GENESIS)
+            if row["hash"] is not None:
+                previous[task_id] = bytes(row["hash"])
+                continue
+            previous[task_id] = chain_hash(task_id, version, row["topic"], bytes(row["state"]), digest)
+            links.append((task_id, version, previous[task_id]))
+        for task_id in up_to:
+            previous.setdefault(task_id, GENESIS)
+        if links:
+            log.warning(
+                "chained %d events stored without a chain hash (by a release before chains?), of tasks %s",
+                len(links),
+                ", ".join(sorted({str(t) for t, _, _ in links})),
+            )
+        return links
 
     # ------------------------------------------------------------------ queries
 
@@ -303,6 +426,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                 (self.events_table_name, "originator_id"),
                 (self.snapshots_table, "originator_id"),
                 (self.run_queue_table, "task_id"),
+                (self.chain_table, "task_id"),
                 *((name, "task_id") for name in also),
             ):
                 curs.execute(
@@ -312,6 +436,75 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                     (task_id,),
                 )
         return True
+
+    # ------------------------------------------------------------------ chains
+
+    def chained_task_ids(self, limit: int, *, after: UUID | None = None) -> list[UUID]:
+        """Ids of tasks with events or chain rows, in id order, after ``after`` (a page cursor).
+
+        Two ranges of the primary keys of the events and the chain table.
+        """
+        schema = Identifier(self.datastore.schema)
+        since = SQL("WHERE originator_id > %s") if after is not None else SQL("")
+        chain_since = SQL("WHERE task_id > %s") if after is not None else SQL("")
+        params = (after,) if after is not None else ()
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                SQL(
+                    "SELECT id FROM ((SELECT DISTINCT originator_id AS id FROM {}.{} {} ORDER BY 1 LIMIT %s)"
+                    " UNION (SELECT DISTINCT task_id FROM {}.{} {} ORDER BY 1 LIMIT %s)) ids"
+                    " ORDER BY id LIMIT %s"
+                ).format(
+                    schema,
+                    Identifier(self.events_table_name),
+                    since,
+                    schema,
+                    Identifier(self.chain_table),
+                    chain_since,
+                ),
+                (*params, limit, *params, limit, limit),
+            )
+            return [row["id"] for row in curs.fetchall()]
+
+    def chain_rows(self, task_ids: Sequence[UUID]) -> dict[UUID, list[ChainRow]]:
+        """Each task's events and chain hashes, joined by version (either may be missing), in order."""
+        ids = list(task_ids)
+        schema = Identifier(self.datastore.schema)
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                SQL(
+                    "SELECT coalesce(e.originator_id, c.task_id) AS task_id,"
+                    " coalesce(e.originator_version, c.version) AS version, e.topic, e.state, c.hash"
+                    " FROM (SELECT * FROM {}.{} WHERE originator_id = ANY(%s)) e"
+                    " FULL JOIN (SELECT * FROM {}.{} WHERE task_id = ANY(%s)) c"
+                    " ON c.task_id = e.originator_id AND c.version = e.originator_version"
+                    " ORDER BY 1, 2"
+                ).format(schema, Identifier(self.events_table_name), schema, Identifier(self.chain_table)),
+                (ids, ids),
+            )
+            found: dict[UUID, list[ChainRow]] = {}
+            for row in curs.fetchall():
+                found.setdefault(row["task_id"], []).append(
+                    ChainRow(
+                        version=row["version"],
+                        topic=row["topic"],
+                        state=None if row["state"] is None else bytes(row["state"]),
+                        chain=None if row["hash"] is None else bytes(row["hash"]),
+                    )
+                )
+        return found
+
+    def chained_histories(self, page: int = 200) -> Iterator[tuple[UUID, list[ChainRow]]]:
+        """Every task's ``chain_rows``, by task id, a page of tasks per query (for ``verify``)."""
+        after: UUID | None = None
+        while True:
+            ids = self.chained_task_ids(page, after=after)
+            rows = self.chain_rows(ids)
+            for task_id in ids:
+                yield task_id, rows.get(task_id, [])
+            if len(ids) < page:
+                return
+            after = ids[-1]
 
     # ------------------------------------------------------------------ wake-ups
 

@@ -10,12 +10,16 @@ those tasks again (in a second file); a run stopped mid-purge leaves the tasks i
 reached, and the next run archives only those. A task is never purged without a verified file
 that holds it.
 
-The format (``longhaul-archive`` version 1) is in ``docs/operations.md`` ("Archive"), and
-the design in ``docs/adr/0013-archive-then-purge.md``.
+The format (``longhaul-archive`` version 2: each event's stored bytes exactly and its chain hash,
+``store/chain.py``) is in ``docs/audit.md`` ("Archive format"), and the design in
+``docs/adr/0013-archive-then-purge.md`` and ``docs/adr/0022-a-hash-chain-per-task.md``. Files of
+version 1 (parsed events, no chain hashes) are still read. ``archive_histories`` gives a file's
+tasks as chain rows, for ``longhaul verify --archive``.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -36,13 +40,15 @@ from projections.event_json import iso
 from projections.retention_index import INDEX_TABLE
 from projections.task_view import VIEW_TABLE
 from store.application import TaskApplication
+from store.chain import ChainRow
 from store.deliveries import DELIVERIES
 from store.postgres import PostgresRunQueueRecorder
 
 log = logging.getLogger(__name__)
 
 FORMAT = "longhaul-archive"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 PAGE = 500
 """Expired tasks listed per query."""
 
@@ -53,20 +59,26 @@ class ArchiveError(Exception):
 
 @dataclass(frozen=True)
 class ArchivedEvent:
-    """One stored event as an archive line holds it."""
+    """One stored event as an archive line holds it: its stored bytes exactly, and its chain hash."""
 
     task_id: UUID
     tenant: str
     version: int
     topic: str
-    event: Any
-    """The stored event's JSON, parsed."""
+    state: bytes
+    """The stored event's bytes, exactly as in the store (what its chain hash covers)."""
+    chain: bytes | None
+    """Its chain hash as the store held it (``None``: none was stored, or a version-1 file)."""
+
+    @property
+    def event(self) -> Any:
+        """The stored event's JSON, parsed."""
+        return json.loads(self.state)
 
     def stored(self) -> StoredEvent:
         """The event as the store's recorder would return it (for the store's mapper)."""
-        state = json.dumps(self.event, separators=(",", ":"), ensure_ascii=False).encode()
         return StoredEvent(
-            originator_id=self.task_id, originator_version=self.version, topic=self.topic, state=state
+            originator_id=self.task_id, originator_version=self.version, topic=self.topic, state=self.state
         )
 
 
@@ -170,15 +182,16 @@ def _write(
 
         line({"type": "header", "format": FORMAT, "formatVersion": FORMAT_VERSION, "schema": schema,
               "createdAt": iso(now), "tasks": len(tasks)})  # fmt: skip
-        for task_id, tenant in tasks:
-            stored = recorder.select_events(task_id)
-            for event in stored:
-                line({"type": "event", "taskId": str(task_id), "tenant": tenant,
-                      "version": event.originator_version, "topic": event.topic,
-                      "event": json.loads(event.state)})  # fmt: skip
-            if stored:
-                written[task_id] = stored[-1].originator_version
-                events += len(stored)
+        for start in range(0, len(tasks), PAGE):
+            page = tasks[start : start + PAGE]
+            found = recorder.chain_rows([task_id for task_id, _ in page])
+            for task_id, tenant in page:
+                stored = [row for row in found.get(task_id, []) if row.has_event]
+                for row in stored:
+                    line(_event_line(task_id, tenant, row))
+                if stored:
+                    written[task_id] = stored[-1].version
+                    events += len(stored)
         line(
             {"type": "trailer", "tasks": len(written), "events": events, "sha256": digest.hexdigest()},
             counted=False,
@@ -190,12 +203,90 @@ def _write(
     return written
 
 
+def _event_line(task_id: UUID, tenant: str, row: ChainRow) -> dict[str, Any]:
+    """An event line: the stored bytes as text when they are UTF-8 (JSON always is), else base64."""
+    assert row.topic is not None
+    assert row.state is not None
+    line: dict[str, Any] = {"type": "event", "taskId": str(task_id), "tenant": tenant,
+                            "version": row.version, "topic": row.topic}  # fmt: skip
+    try:
+        line["state"] = row.state.decode()
+    except UnicodeDecodeError:
+        line["stateBase64"] = base64.b64encode(row.state).decode()
+    line["chain"] = None if row.chain is None else row.chain.hex()
+    return line
+
+
+def _archived_event(obj: dict[str, Any], version: int) -> ArchivedEvent:
+    if version == 1:  # parsed events, re-serialised as the store's transcoder writes them
+        state = json.dumps(obj["event"], separators=(",", ":"), ensure_ascii=False).encode()
+    elif "stateBase64" in obj:
+        state = base64.b64decode(obj["stateBase64"], validate=True)
+    else:
+        state = obj["state"].encode()
+    chain = obj.get("chain")
+    return ArchivedEvent(
+        task_id=UUID(obj["taskId"]),
+        tenant=obj["tenant"],
+        version=obj["version"],
+        topic=obj["topic"],
+        state=state,
+        chain=bytes.fromhex(chain) if chain is not None else None,
+    )
+
+
+def archive_histories(path: Path) -> Iterator[tuple[UUID, list[ChainRow]]]:
+    """The tasks of an archive as chain rows, by task, as the file holds them (for ``verify``).
+
+    Reads the lines without the checks of ``read_archive`` (gaps, order, trailer), so that the
+    chain check names what is wrong at which version.
+
+    Raises:
+        ArchiveError: The file is unreadable or no archive of a format this release reads.
+    """
+    tasks: dict[UUID, list[ChainRow]] = {}
+    version = 0
+    try:
+        for number, raw in enumerate(_lines(path), start=1):
+            obj = json.loads(raw)
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if number == 1:
+                version = _format_version(path, obj)
+            elif kind == "event":
+                event = _archived_event(obj, version)
+                tasks.setdefault(event.task_id, []).append(
+                    ChainRow(event.version, event.topic, event.state, event.chain)
+                )
+            elif kind != "trailer":
+                raise ArchiveError(f"{path}: line {number} is no archive line")
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error, ValueError, KeyError, TypeError) as error:
+        raise ArchiveError(f"{path}: unreadable archive ({error})") from error
+    if version == 1:
+        raise ArchiveError(f"{path}: a {FORMAT} file of format version 1 holds no chain hashes")
+    for task_id in sorted(tasks):
+        yield task_id, sorted(tasks[task_id], key=lambda row: row.version)
+
+
+def _format_version(path: Path, header: Any) -> int:
+    """The format version of a file whose first line is ``header``, if this release reads it."""
+    if (
+        not isinstance(header, dict)
+        or header.get("type") != "header"
+        or header.get("format") != FORMAT
+        or header.get("formatVersion") not in READABLE_VERSIONS
+    ):
+        raise ArchiveError(f"{path}: not a {FORMAT} file of format version {READABLE_VERSIONS}")
+    version: int = header["formatVersion"]
+    return version
+
+
 def read_archive(path: Path) -> Archive:
     """Read and check an archive: header, trailer (counts and sha256), each task's versions 1..n.
 
     Raises:
         ArchiveError: The file is unreadable, truncated, altered, or no archive of this format.
     """
+    version = 0
     digest = hashlib.sha256()
     header: dict[str, Any] | None = None
     trailer: dict[str, Any] | None = None
@@ -207,21 +298,10 @@ def read_archive(path: Path) -> Archive:
             obj = json.loads(raw)
             kind = obj.get("type") if isinstance(obj, dict) else None
             if number == 1:
-                if (
-                    kind != "header"
-                    or obj.get("format") != FORMAT
-                    or obj.get("formatVersion") != FORMAT_VERSION
-                ):
-                    raise ArchiveError(f"{path}: not a {FORMAT} file of format version {FORMAT_VERSION}")
+                version = _format_version(path, obj)
                 header = obj
             elif kind == "event":
-                event = ArchivedEvent(
-                    task_id=UUID(obj["taskId"]),
-                    tenant=obj["tenant"],
-                    version=obj["version"],
-                    topic=obj["topic"],
-                    event=obj["event"],
-                )
+                event = _archived_event(obj, version)
                 events = tasks.setdefault(event.task_id, [])
                 if event.version != len(events) + 1:
                     raise ArchiveError(

@@ -17,9 +17,11 @@ from psycopg import sql
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store import migrations
 from store.application import TaskApplication
+from store.chain import GENESIS, chain_hash, check_task
 from store.config import StoreConfig
 from store.locks import advisory_lock, ddl_lock_name
 from store.migrations import VERSION_TABLE, SchemaTooNewError
+from store.postgres import PostgresRunQueueRecorder
 from store.run_queue import RunQueueRow
 from tests.support.tasks import new_task
 
@@ -34,7 +36,9 @@ VIEW_TABLES = {
 """Added by 0003 and 0005, after versioned migrations began: a schema of version 0 never had them."""
 DELIVERY_TABLES = {"longhaul_deliveries", "longhaul_delivery_attempts"}
 """Added by 0004 (the webhook delivery record)."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES
+CHAIN_TABLES = {"longhaul_event_chain"}
+"""Added by 0006 (the hash chain of events), with a backfill of the events stored before it."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
@@ -200,9 +204,26 @@ def test_a_schema_from_before_migrations_is_adopted_with_its_data(schema_v0: Sto
             sql.SQL("SELECT * FROM {}.longhaul_relay_position").format(sql.Identifier(schema_v0.schema)),
         )
         assert position == [("S", 34)]
+        # The events stored before chains were chained by 0006's SQL as store/chain.py chains them.
+        recorder = store.recorder
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        histories = dict(recorder.chained_histories())
+        assert len(histories) == 5
+        assert [r.version for r in histories[UUID(int=1)]] == list(range(1, 22))
+        for task_id, rows in histories.items():
+            assert check_task(task_id, rows) == []
+            first = rows[0]
+            assert first.topic is not None
+            assert first.state is not None
+            assert first.chain == chain_hash(task_id, 1, first.topic, first.state, GENESIS)
         task = new_task(datetime.now(UTC))  # and it takes new appends, with their rows
         store.save_tasks(task)
         assert store.run_queue.row(task.id) == RunQueueRow.of(task)
+        old = store.get(UUID(int=5))  # a task from before chains goes on chaining from its backfill
+        old.expire(now=datetime.now(UTC), reason="test")
+        store.save_tasks(old)
+        assert check_task(old.id, recorder.chain_rows([old.id])[old.id]) == []
+        assert len(recorder.chain_rows([old.id])[old.id]) == 5
     finally:
         store.close()
 
