@@ -35,7 +35,7 @@ from tests.domain.support import (
 )
 
 CLASS_VERSIONS = {
-    "Submitted": 1,
+    "Submitted": 2,
     "LeaseGranted": 1,
     "LeaseExtended": 1,
     "LeaseReleased": 1,
@@ -44,14 +44,14 @@ CLASS_VERSIONS = {
     "ProgressReported": 1,
     "InputRequested": 2,
     "AuthRequested": 2,
-    "InputReceived": 1,
+    "InputReceived": 2,
     "ArtifactChunkAppended": 1,
     "EffectRecorded": 1,
-    "PushConfigSet": 1,
-    "PushConfigRemoved": 1,
+    "PushConfigSet": 2,
+    "PushConfigRemoved": 2,
     "Completed": 1,
     "Failed": 2,
-    "Canceled": 1,
+    "Canceled": 2,
     "Rejected": 1,
     "Expired": 1,
 }
@@ -131,7 +131,7 @@ def test_submitted_carries_exactly_the_arguments_of_task_init() -> None:
     assert (
         init_arguments
         == event_fields
-        == {"tenant", "context_id", "skill", "skill_version", "message", "params"}
+        == {"tenant", "context_id", "skill", "skill_version", "message", "params", "key_id"}
     )
 
 
