@@ -195,7 +195,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "keys": (
         (
             "`keys new TENANT` mints an API key for TENANT (256 random bits, `lh_...`) and prints it"
-            " with the line that makes gateways accept it: 'KEY_ID TENANT sha256:HEX'. Append the line"
+            " with its key id (the first 8 hex digits of its SHA-256, which the events of its calls"
+            " record) and the line that makes gateways accept it: 'NAME TENANT sha256:HEX'. Append the line"
             " to the file at LONGHAUL_API_KEY_FILE and restart the gateways; give the key to the client,"
             " who sends it as 'Authorization: Bearer <key>'. The key is printed once and stored nowhere."
         ),

@@ -727,6 +727,7 @@ def keys_new(tenant: str) -> int:
     except ApiKeyError as error:
         raise CommandError(str(error)) from None
     print(f"key (give it to the client; it is not stored anywhere): {minted.key}")
+    print(f"key id (recorded in the events of its calls; longhaul history shows it): {minted.key_id}")
     print(f"key file line (append it to LONGHAUL_API_KEY_FILE, then restart the gateways): {minted.line}")
     return 0
 
