@@ -29,9 +29,11 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
+from eventsourcing.application import project_aggregate
 from eventsourcing.domain import DomainEventProtocol
 
 from domain.task import Task
+from store.errors import NoSuchVersionError
 from store.event_bodies import event_body, iso, json_ready
 
 ActorKind = Literal["client", "worker", "sweeper", "gateway"]
@@ -144,6 +146,35 @@ def effects_of(events: Iterable[DomainEventProtocol[UUID]]) -> list[Effect]:
         for e in events
         if isinstance(e, Task.EffectRecorded)
     ]
+
+
+def events_document(task_id: UUID, tenant: str, events: Iterable[AuditEvent]) -> dict[str, Any]:
+    """``{"taskId", "tenant", "events": [...]}``: what ``history --json`` prints and HTTP answers."""
+    return {"taskId": str(task_id), "tenant": tenant, "events": [e.to_json() for e in events]}
+
+
+def effects_document(task_id: UUID, effects: Iterable[Effect]) -> dict[str, Any]:
+    """``{"taskId", "effects": [...]}``: what ``history --effects --json`` prints and HTTP answers."""
+    return {"taskId": str(task_id), "effects": [e.to_json() for e in effects]}
+
+
+def replay(events: Iterable[DomainEventProtocol[UUID]], version: int) -> Task:
+    """The task after ``version``, replayed from all of its events (an archive's: no snapshots).
+
+    ``TaskApplication.task_at`` answers the same from the store, through its snapshots.
+
+    Raises:
+        NoSuchVersionError: ``version`` is not between 1 and the last event's version.
+    """
+    history = list(events)
+    if not history:
+        raise ValueError("a task has at least one event")
+    last = history[-1].originator_version
+    if not 1 <= version <= last:
+        raise NoSuchVersionError(history[0].originator_id, version, last)
+    task: Task | None = project_aggregate(None, [e for e in history if e.originator_version <= version])
+    assert task is not None
+    return task
 
 
 def actor_of(event: object, tenant: str | None, workers: dict[int, str]) -> Actor:
