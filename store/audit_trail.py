@@ -23,6 +23,7 @@ carries a key id, and else the gateway's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -240,11 +241,18 @@ _SUMMARIES: dict[type, Callable[[Any], str]] = {
 
 
 def _text(message: Any) -> str:
-    """The first text part of a wire message, cut to ``SUMMARY_TEXT`` characters (``-`` if none)."""
+    """A wire message's first text part, else its first data part as JSON, cut to ``SUMMARY_TEXT``.
+
+    ``-`` for a message with neither.
+    """
     parts = message.get("parts") if isinstance(message, dict) else None
-    for part in parts if isinstance(parts, list) else []:
-        text = part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str) and text.strip():
-            line = " ".join(text.split())
-            return line if len(line) <= SUMMARY_TEXT else line[: SUMMARY_TEXT - 1] + "…"
-    return "-"
+    parts = [part for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
+    texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and p["text"].strip()]
+    data = [p["data"] for p in parts if "data" in p]
+    if texts:
+        line = " ".join(texts[0].split())
+    elif data:
+        line = json.dumps(json_ready(data[0]), separators=(",", ":"), ensure_ascii=False)
+    else:
+        return "-"
+    return line if len(line) <= SUMMARY_TEXT else line[: SUMMARY_TEXT - 1] + "…"

@@ -195,3 +195,16 @@ def test_an_event_type_this_module_does_not_know_is_named_by_what_it_carries() -
     assert actor_of(Unknown(), "acme", {4: "w-9"}) == Actor("worker", worker_id="w-9", epoch=4)
     assert actor_of(Other(), "acme", {}) == Actor("gateway")
     assert summary_of(Other()) == "Other"
+
+
+def test_a_summary_quotes_a_data_answer_when_it_has_no_text(any_store: TaskApplication) -> None:
+    clock = Clock()
+    task = _paused(any_store, clock, on_deadline="fail")
+    clock.now -= timedelta(seconds=10)  # back before the deadline
+    answer = {"messageId": "a", "role": "ROLE_USER", "parts": [{"data": {"approve": True}}]}
+    any_store.answer(task.id, tenant="acme", message=answer, clock=clock)
+
+    received = audit_events(any_store.history(task.id))[-1]
+
+    assert received.summary == 'answer received: {"approve":true}'
+    assert received.actor == Actor("client", tenant="acme")
