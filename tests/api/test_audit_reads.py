@@ -265,3 +265,26 @@ async def test_an_open_gateway_reads_as_the_named_tenant(
     (submitted,) = named.json()["events"]
     assert submitted["actor"] == {"kind": "client", "tenant": "team-a", "text": "client team-a (no key)"}
     _status(default, 404, "TASK_NOT_FOUND")
+
+
+async def test_the_http_json_binding_records_the_callers_key_id_too(
+    http: httpx.AsyncClient, store: TaskApplication
+) -> None:
+    sent = await http.post(
+        "/a2a/rest/message:send",
+        json={"message": user_message("over rest"), "configuration": {"returnImmediately": True}},
+        headers=bearer(ACME_KEY),
+    )
+    assert sent.status_code == 200, sent.text
+    task_id = sent.json()["task"]["id"]
+    canceled = await http.post(f"/a2a/rest/tasks/{task_id}:cancel", headers=bearer(ACME_KEY))
+    assert canceled.status_code == 200, canceled.text
+
+    events = (await _get(http, f"{AUDIT}/{task_id}/events")).json()["events"]
+
+    assert [(e["type"], e["actor"].get("keyId")) for e in events] == [
+        ("Submitted", ACME_KEY_ID),
+        ("Canceled", ACME_KEY_ID),
+    ]
+    assert events[1]["fields"]["by"] == "client"
+    assert events[1]["actor"]["kind"] == "client"
