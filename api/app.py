@@ -29,6 +29,7 @@ from api.agent_card import (
     package_version,
 )
 from api.api_keys import KeyRing
+from api.audit import AUDIT_PATH, AuditReads, audit_route_error, audit_router
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
@@ -183,11 +184,12 @@ def create_app(
             "max_pause": max_pause,
             "metrics": metrics_registry,
             "rest": rest,
+            "audit": AuditReads(service, store),
         }
     )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     app = Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router()],
+        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router(), audit_router()],
         middleware=[limit, authenticate],
         state=state,
         debug=False,
@@ -206,6 +208,8 @@ def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Resp
     """Litestar's refusals (no such route, method not allowed): Status bodies on the HTTP+JSON binding."""
     if request.url.path.startswith(REST_PATH + "/"):
         return route_error(request, error)
+    if request.url.path.startswith(AUDIT_PATH + "/"):
+        return audit_route_error(request, error)
     return Response(
         content={"status_code": error.status_code, "detail": error.detail},
         status_code=error.status_code,

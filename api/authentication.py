@@ -20,7 +20,7 @@ from litestar.connection import ASGIConnection
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from api.api_keys import KeyRing
+from api.api_keys import CALLER_KEY_ID, KeyRing
 from api.early_answers import send_refusal
 from api.errors import InvalidParamsError, UnauthenticatedError
 from api.service import DEFAULT_TENANT
@@ -38,7 +38,7 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="longhaul"'}
 
 @dataclass(frozen=True)
 class Caller:
-    """The authenticated caller: its tenant and key id, or ``None`` for both in open dev mode."""
+    """The authenticated caller: its tenant and key id (``key_id_of``), or ``None`` for both (open)."""
 
     tenant: str | None
     key_id: str | None = None
@@ -71,7 +71,11 @@ class Authenticate(ASGIMiddleware):
                 return
             caller = Caller(tenant=key.tenant, key_id=key.key_id)
         scope.setdefault("state", {})[CALLER] = caller
-        await next_app(scope, receive, send)
+        token = CALLER_KEY_ID.set(caller.key_id)
+        try:
+            await next_app(scope, receive, send)
+        finally:
+            CALLER_KEY_ID.reset(token)
 
 
 TenantOf = Callable[[str | None], str]

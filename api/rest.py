@@ -34,6 +34,7 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.agent_card import REST_PATH
+from api.audit import describe_audit_paths
 from api.authentication import caller_tenant
 from api.bodies import check_content_type, parse_json, read_body, requested_version
 from api.errors import (
@@ -432,7 +433,8 @@ def described(document: JSON) -> JSON:
 
     Litestar generates the document from the handlers; this renames ``/:verb`` paths to ``:verb``,
     and adds each route's request body and query parameters from the wire models that validate
-    them (their pydantic JSON Schemas, under ``components.schemas``), and the Status error body.
+    them (their pydantic JSON Schemas, under ``components.schemas``), and the Status error body;
+    the audit reads get their answers' schemas (``api.audit.describe_audit_paths``).
     """
     document = copy.deepcopy(document)
     schemas: JSON = document.setdefault("components", {}).setdefault("schemas", {})
@@ -444,6 +446,7 @@ def described(document: JSON) -> JSON:
             _describe(relative, item, schemas)
         renamed[route.replace("/:", ":")] = item
     document["paths"] = renamed
+    describe_audit_paths(document, STATUS_REF)
     return document
 
 

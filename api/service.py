@@ -17,6 +17,7 @@ import time
 from typing import Any
 from uuid import UUID, uuid4
 
+from api.api_keys import CALLER_KEY_ID
 from api.errors import (
     A2AError,
     InvalidParamsError,
@@ -140,6 +141,7 @@ class A2AService:
                     skill=self._skill_for(request),
                     clock=self._clock,
                     push_config=push_config,
+                    key_id=CALLER_KEY_ID.get(),
                 )
             return await asyncio.to_thread(
                 self._store.answer,
@@ -148,6 +150,7 @@ class A2AService:
                 message=message.to_json(),
                 clock=self._clock,
                 push_config=push_config,
+                key_id=CALLER_KEY_ID.get(),
             )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
@@ -189,7 +192,11 @@ class A2AService:
         tenant = request.tenant or DEFAULT_TENANT
         try:
             task = await asyncio.to_thread(
-                self._store.cancel, _task_id(request.id), tenant=tenant, clock=self._clock
+                self._store.cancel,
+                _task_id(request.id),
+                tenant=tenant,
+                clock=self._clock,
+                key_id=CALLER_KEY_ID.get(),
             )
         except TaskTerminalError as error:
             raise TaskNotCancelableError(
@@ -259,7 +266,12 @@ class A2AService:
         config = await self._checked_config(request, field="url")
         try:
             await asyncio.to_thread(
-                self._store.set_push_config, task_id, tenant=tenant, config=config, clock=self._clock
+                self._store.set_push_config,
+                task_id,
+                tenant=tenant,
+                config=config,
+                clock=self._clock,
+                key_id=CALLER_KEY_ID.get(),
             )
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None
@@ -296,6 +308,7 @@ class A2AService:
                 tenant=tenant,
                 config_id=request.id,
                 clock=self._clock,
+                key_id=CALLER_KEY_ID.get(),
             )
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None

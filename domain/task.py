@@ -47,6 +47,18 @@ OnDeadline = Literal["fail", "cancel"]
 
 ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("fail", "cancel")
 
+CanceledBy = Literal["client", "sweeper"]
+"""Who canceled a task: a client (``CancelTask``), or the sweeper at a pause's deadline."""
+
+SWEEPER_CANCEL_REASON = "no answer before the deadline"
+"""How the reason of a cancel by the sweeper starts (``expire_pause``); version-1 ``Canceled``
+events are told apart by it."""
+
+
+def _no_key_id(state: JSON) -> None:
+    """Version 1 of a client's event did not record the caller's API key id (ADR 0027)."""
+    state["key_id"] = None
+
 
 @dataclass(frozen=True)
 class Pause:
@@ -88,13 +100,17 @@ class Task(Aggregate):
         """
 
         enters = TaskState.SUBMITTED
-        class_version = 1
+        class_version = 2
         tenant: str
         context_id: str
         skill: str
         skill_version: int
         message: JSON
         params: JSON
+        key_id: str | None
+        """The id of the API key the client called with (``None``: an open gateway, or version 1)."""
+
+        upcast_v1_v2 = staticmethod(_no_key_id)
 
     class LeaseGranted(Event):
         """A worker claimed the task. ``epoch`` increases on every grant: it is the fence.
@@ -223,8 +239,11 @@ class Task(Aggregate):
         """An answer arrived for a paused task; the task is runnable again."""
 
         enters = TaskState.WORKING
-        class_version = 1
+        class_version = 2
         message: JSON
+        key_id: str | None
+
+        upcast_v1_v2 = staticmethod(_no_key_id)
 
         @override
         def apply(self, task: Task) -> None:
@@ -268,8 +287,11 @@ class Task(Aggregate):
     class PushConfigSet(Event):
         """A client registered (or replaced) a push notification config."""
 
-        class_version = 1
+        class_version = 2
         config: JSON
+        key_id: str | None
+
+        upcast_v1_v2 = staticmethod(_no_key_id)
 
         @override
         def apply(self, task: Task) -> None:
@@ -278,8 +300,11 @@ class Task(Aggregate):
     class PushConfigRemoved(Event):
         """A client deleted a push notification config."""
 
-        class_version = 1
+        class_version = 2
         config_id: str
+        key_id: str | None
+
+        upcast_v1_v2 = staticmethod(_no_key_id)
 
         @override
         def apply(self, task: Task) -> None:
@@ -328,11 +353,23 @@ class Task(Aggregate):
             state["epoch"] = None
 
     class Canceled(_Ended):
-        """A client canceled the task, or its pause passed a deadline that cancels (no lease)."""
+        """A client canceled the task, or its pause passed a deadline that cancels (no lease).
+
+        ``by`` says which; ``key_id`` is the client's API key id. Version 1 had neither: its
+        upcaster tells the sweeper's cancels by their reason.
+        """
 
         enters = TaskState.CANCELED
-        class_version = 1
+        class_version = 2
         reason: str
+        by: CanceledBy
+        key_id: str | None
+
+        @staticmethod
+        def upcast_v1_v2(state: JSON) -> None:
+            """Version 1 recorded who canceled only in the reason's words."""
+            state["by"] = "sweeper" if state["reason"].startswith(SWEEPER_CANCEL_REASON) else "client"
+            state["key_id"] = None
 
     class Rejected(_Ended):
         """The skill refused the task."""
@@ -376,12 +413,21 @@ class Task(Aggregate):
     expired: bool
 
     def __init__(
-        self, *, tenant: str, context_id: str, skill: str, skill_version: int, message: JSON, params: JSON
+        self,
+        *,
+        tenant: str,
+        context_id: str,
+        skill: str,
+        skill_version: int,
+        message: JSON,
+        params: JSON,
+        key_id: str | None = None,
     ) -> None:
         """The initial state, from the fields of ``Submitted``; use ``Task.submit`` to create a task.
 
         ``eventsourcing`` calls this on every replay of ``Submitted``, after setting the id,
-        version and ``created_on`` (the event's timestamp).
+        version and ``created_on`` (the event's timestamp). ``key_id`` (who submitted) stays in
+        the event: it is evidence, not state (``store.audit_trail`` reads it).
         """
         self.tenant = tenant
         self.context_id = context_id
@@ -441,8 +487,9 @@ class Task(Aggregate):
         skill_version: int,
         message: JSON,
         params: JSON,
+        key_id: str | None = None,
     ) -> Task:
-        """Create a task in TASK_STATE_SUBMITTED."""
+        """Create a task in TASK_STATE_SUBMITTED; ``key_id`` is the client's API key id."""
         if not skill:
             raise InvalidCommandError("a task needs a skill")
         if skill_version < 1:
@@ -457,6 +504,7 @@ class Task(Aggregate):
             skill_version=skill_version,
             message=copy.deepcopy(message),
             params=copy.deepcopy(params),
+            key_id=key_id,
         )
 
     # ------------------------------------------------------------------ queries
@@ -619,7 +667,7 @@ class Task(Aggregate):
 
     # ------------------------------------------------------------------ client and sweeper commands
 
-    def receive_input(self, *, now: datetime, message: JSON) -> None:
+    def receive_input(self, *, now: datetime, message: JSON, key_id: str | None = None) -> None:
         """Append a person's answer to a paused task; it becomes runnable again."""
         self._check_not_terminal(TaskState.WORKING)
         if self.state not in INTERRUPTED or self.pause is None:
@@ -628,12 +676,14 @@ class Task(Aggregate):
             raise PauseDeadlinePassedError(
                 f"task {self.id} stopped waiting for input at {self.pause_deadline.isoformat()}"
             )
-        self._trigger(self.InputReceived, now, message=message)
+        self._trigger(self.InputReceived, now, message=message, key_id=key_id)
 
-    def cancel(self, *, now: datetime, reason: str, message: JSON | None = None) -> None:
-        """Cancel the task; any lease holder is fenced out by this event."""
+    def cancel(
+        self, *, now: datetime, reason: str, message: JSON | None = None, key_id: str | None = None
+    ) -> None:
+        """A client cancels the task; any lease holder is fenced out by this event."""
         self._check_transition(TaskState.CANCELED)
-        self._trigger(self.Canceled, now, reason=reason, message=message)
+        self._trigger(self.Canceled, now, reason=reason, message=message, by="client", key_id=key_id)
 
     def expire_pause(self, *, now: datetime, message: JSON) -> None:
         """Fail or cancel a pause whose deadline passed, as the pause said."""
@@ -641,13 +691,13 @@ class Task(Aggregate):
             raise NotPausedError(f"task {self.id} is {self.state}, not paused")
         if now < self.pause_deadline:
             raise DeadlineNotReachedError(f"task {self.id} may wait until {self.pause_deadline.isoformat()}")
-        reason = f"no answer before the deadline {self.pause_deadline.isoformat()}"
+        reason = f"{SWEEPER_CANCEL_REASON} {self.pause_deadline.isoformat()}"
         if self.pause.on_deadline == "cancel":
-            self._trigger(self.Canceled, now, reason=reason, message=message)
+            self._trigger(self.Canceled, now, reason=reason, message=message, by="sweeper", key_id=None)
         else:
             self._trigger(self.Failed, now, epoch=None, reason=reason, message=message)
 
-    def set_push_config(self, *, now: datetime, config: JSON) -> None:
+    def set_push_config(self, *, now: datetime, config: JSON, key_id: str | None = None) -> None:
         """Register or replace a push notification config (``config['id']`` is its key).
 
         A terminal task takes configs too (ADR 0025): they change nothing an A2A client sees of
@@ -660,14 +710,15 @@ class Task(Aggregate):
         if not isinstance(config_id, str) or not config_id or not isinstance(url, str) or not url:
             raise InvalidCommandError("a push config needs a non-empty string id and url")
         self._trigger(
-            self.PushConfigSet, now, config=public_push_config(config) if self.is_terminal else config
+            self.PushConfigSet, now, config=public_push_config(config) if self.is_terminal else config,
+            key_id=key_id,
         )
 
-    def remove_push_config(self, *, now: datetime, config_id: str) -> None:
+    def remove_push_config(self, *, now: datetime, config_id: str, key_id: str | None = None) -> None:
         """Delete a push notification config (a terminal task's too); an absent one records nothing."""
         self._check_not_expired()
         if config_id in self.push_configs:
-            self._trigger(self.PushConfigRemoved, now, config_id=config_id)
+            self._trigger(self.PushConfigRemoved, now, config_id=config_id, key_id=key_id)
 
     def expire(self, *, now: datetime, reason: str) -> None:
         """Mark a terminal task as past retention. Only terminal tasks expire, and only once."""

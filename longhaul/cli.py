@@ -48,12 +48,17 @@ def _parser() -> argparse.ArgumentParser:
     iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
     iam.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     iam.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
-    history = sub.add_parser("history", help="print every event of a task, in order")
+    history = sub.add_parser("history", help="print every event of a task with its actor, in order")
     history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
-    history.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    history.add_argument("--json", action="store_true", help="one JSON document, for machines")
     history.add_argument(
         "--archive", type=Path, metavar="FILE", help="read the task from this archive file, not the store"
     )
+    read = history.add_mutually_exclusive_group()
+    read.add_argument(
+        "--at-version", type=_version, metavar="N", help="print the task's state as it was after version N"
+    )
+    read.add_argument("--effects", action="store_true", help="list the run-once side effects and results")
     deliveries = sub.add_parser("deliveries", help="print a task's webhook deliveries and every attempt")
     deliveries.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     deliveries.add_argument("--json", action="store_true", help="one JSON object per delivery, for machines")
@@ -86,6 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     for name, command in sub.choices.items():
         cli_help.describe(name, command)
     return parser
+
+
+def _version(text: str) -> int:
+    try:
+        version = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version: a whole number from 1") from None
+    if version < 1:
+        raise argparse.ArgumentTypeError(f"{version} is not a version: versions start at 1")
+    return version
 
 
 def _since(text: str) -> datetime:
@@ -125,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("%s", error)
         else:
             print(f"longhaul: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, commands.BadArgumentError) else 1
     except KeyboardInterrupt:
         return 130
     return code
@@ -167,7 +182,12 @@ def _tail(args: argparse.Namespace, settings: Settings) -> int:
 ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "projections": lambda args, settings: commands.projections(settings, args.action),
     "history": lambda args, settings: commands.history(
-        settings, args.task_id, as_json=args.json, archive=args.archive
+        settings,
+        args.task_id,
+        as_json=args.json,
+        archive=args.archive,
+        at_version=args.at_version,
+        effects=args.effects,
     ),
     "deliveries": lambda args, settings: commands.deliveries(settings, args.task_id, as_json=args.json),
     "archive": lambda args, settings: commands.archive(settings, args.to),

@@ -147,8 +147,13 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "history": (
         (
-            "Print every event of a task, in order: version, time, type and body (--json: one JSON"
-            " object per line). Reads the database at LONGHAUL_DATABASE_URL; unset, that of a running"
+            "Print every event of a task, in order: version, time, type, actor (the worker and its lease"
+            " epoch, the client's tenant and API key id, or the sweeper) and fields. --at-version N prints"
+            " the task's state as it was after version N (the A2A Task the gateway answered then, and"
+            " longhaul's own fields: lease, step, checkpoint, pause, effects); a version the task does not"
+            " have exits 2. --effects lists every run-once side effect with its key, result and time."
+            " --json prints one JSON document instead. Reads the database at LONGHAUL_DATABASE_URL;"
+            " unset, that of a running"
             " `longhaul up` in LONGHAUL_DATA_DIR, else it starts the embedded PostgreSQL for the command."
             " With --archive FILE it reads the task from an archive file instead (`longhaul archive`),"
             " with the same output, and needs no database."
@@ -206,7 +211,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "keys": (
         (
             "`keys new TENANT` mints an API key for TENANT (256 random bits, `lh_...`) and prints it"
-            " with the line that makes gateways accept it: 'KEY_ID TENANT sha256:HEX'. Append the line"
+            " with its key id (the first 8 hex digits of its SHA-256, which the events of its calls"
+            " record) and the line that makes gateways accept it: 'NAME TENANT sha256:HEX'. Append the line"
             " to the file at LONGHAUL_API_KEY_FILE and restart the gateways; give the key to the client,"
             " who sends it as 'Authorization: Bearer <key>'. The key is printed once and stored nowhere."
         ),

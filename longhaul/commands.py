@@ -22,6 +22,7 @@ from uuid import UUID
 import nats
 import psycopg
 import uvicorn
+from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import OperationalError as StoreOperationalError
 
 from api.api_keys import ApiKeyError, mint_key
@@ -30,18 +31,21 @@ from api.service import DEFAULT_TENANT
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import FeedWaiter
 from domain.clock import Clock
+from domain.task import Task
 from longhaul import tail as tail_consumer
 from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from projections.event_json import dumps, event_message, iso
+from projections.event_json import dumps, iso
 from projections.projector import lags, rebuild_all, run_projector
+from projections.task_state import task_state_json
 from store.application import TaskApplication
 from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
+from store.audit_trail import audit_events, effects_document, effects_of, events_document, replay
 from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import TaskNotFoundError
+from store.errors import NoSuchVersionError, TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from store.postgres import PostgresRunQueueRecorder
 from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
@@ -553,10 +557,29 @@ def tail(settings: Settings, **options: Any) -> int:
         ) from error
 
 
-def history(settings: Settings, task_id: UUID, *, as_json: bool, archive: Path | None = None) -> int:
-    """Print every event of a task: version, time, type and body (from the store, or an archive)."""
+class BadArgumentError(CommandError):
+    """A command's argument names nothing there is (a version past the last, say): exit status 2."""
+
+
+def history(
+    settings: Settings,
+    task_id: UUID,
+    *,
+    as_json: bool,
+    archive: Path | None = None,
+    at_version: int | None = None,
+    effects: bool = False,
+) -> int:
+    """Print a task's events with their actors, its state after a version, or its effects.
+
+    From the store, or from an archive file (``archive``), with the same output
+    (``store.audit_trail``; the state is ``projections.task_state``).
+    """
     if archive is not None:
-        return _history_from_archive(archive, task_id, as_json=as_json)
+        tenant, events = _archived_events(archive, task_id)
+        task = None if at_version is None else _state_from_events(events, task_id, at_version)
+        _print_history(tenant, task_id, events, task, as_json=as_json, effects=effects)
+        return 0
     with _store_for_reading(settings, "history") as store:
         try:
             tenant = store.get(task_id).tenant
@@ -565,12 +588,18 @@ def history(settings: Settings, task_id: UUID, *, as_json: bool, archive: Path |
                 f"no task {task_id} in {settings.database_schema}"
                 f" (an archived task: longhaul history --archive FILE {task_id})"
             ) from None
-        _print_events(tenant, store.history(task_id), as_json=as_json)
+        task = None
+        if at_version is not None:
+            try:
+                task = store.task_at(task_id, at_version)
+            except NoSuchVersionError as error:
+                raise BadArgumentError(f"--at-version {at_version}: {error}") from None
+        _print_history(tenant, task_id, store.history(task_id), task, as_json=as_json, effects=effects)
     return 0
 
 
-def _history_from_archive(path: Path, task_id: UUID, *, as_json: bool) -> int:
-    """``history`` of a task in an archive file, decoded as the store decodes its events."""
+def _archived_events(path: Path, task_id: UUID) -> tuple[str, list[DomainEventProtocol[UUID]]]:
+    """A task's tenant and events in an archive file, decoded as the store decodes its events."""
     try:
         found = read_archive(path)
     except ArchiveError as error:
@@ -579,19 +608,48 @@ def _history_from_archive(path: Path, task_id: UUID, *, as_json: bool) -> int:
     if not events:
         raise CommandError(f"no task {task_id} in {path}")
     mapper = TaskApplication(MemoryConfig()).mapper  # the store's transcodings, no database
-    _print_events(events[0].tenant, (mapper.to_domain_event(e.stored()) for e in events), as_json=as_json)
-    return 0
+    return events[0].tenant, [mapper.to_domain_event(e.stored()) for e in events]
 
 
-def _print_events(tenant: str, events: Iterable[Any], *, as_json: bool) -> None:
-    for event in events:
-        message = event_message(None, tenant, event)
-        del message["position"]
+def _state_from_events(events: list[DomainEventProtocol[UUID]], task_id: UUID, version: int) -> Task:
+    """The task after ``version`` replayed from its events (an archive has no snapshots)."""
+    try:
+        return replay(events, version)
+    except NoSuchVersionError as error:
+        raise BadArgumentError(f"--at-version {version}: {error}") from None
+
+
+def _print_history(
+    tenant: str,
+    task_id: UUID,
+    events: Iterable[DomainEventProtocol[UUID]],
+    task: Task | None,
+    *,
+    as_json: bool,
+    effects: bool,
+) -> None:
+    """The one document (``--json``) or the lines of ``history``, ``--at-version`` or ``--effects``."""
+    if task is not None:
+        state = task_state_json(task)
+        print(dumps(state) if as_json else dumps(state, indent=2))
+    elif effects:
+        found = effects_of(events)
         if as_json:
-            print(dumps(message))
-        else:
-            body = dumps(message["body"])
-            print(f"v{message['version']:<5} {message['time']}  {message['type']:<22} {body}")
+            print(dumps(effects_document(task_id, found)))
+        elif not found:
+            print(f"task {task_id} recorded no run-once side effects")
+        for effect in [] if as_json else found:
+            print(
+                f"v{effect.version:<5} {iso(effect.time)}  {effect.key}  {dumps(effect.to_json()['result'])}"
+            )
+    elif as_json:
+        print(dumps(events_document(task_id, tenant, audit_events(events))))
+    else:
+        for event in audit_events(events):
+            actor = str(event.actor)
+            print(
+                f"v{event.version:<5} {iso(event.time)}  {event.type:<22} {actor:<28} {dumps(event.fields)}"
+            )
 
 
 def deliveries(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
@@ -784,6 +842,7 @@ def keys_new(tenant: str) -> int:
     except ApiKeyError as error:
         raise CommandError(str(error)) from None
     print(f"key (give it to the client; it is not stored anywhere): {minted.key}")
+    print(f"key id (recorded in the events of its calls; longhaul history shows it): {minted.key_id}")
     print(f"key file line (append it to LONGHAUL_API_KEY_FILE, then restart the gateways): {minted.line}")
     return 0
 

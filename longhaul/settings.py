@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     api_key_file: Path | None = Field(
         default=None,
         description=(
-            "File of accepted API keys, one 'KEY_ID TENANT sha256:HEX' line each (digests only;"
+            "File of accepted API keys, one 'NAME TENANT sha256:HEX' line each (digests only;"
             " `longhaul keys new TENANT` prints a line). Read at start."
         ),
     )

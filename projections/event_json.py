@@ -1,7 +1,9 @@
 """The public JSON form of one stored event: used by the relay (NATS), the CLI and audits.
 
 The schema is documented in ``docs/events.md``; changing it is a breaking change for analytics
-consumers.
+consumers. An event's body (``event_body``: its own fields, a push config without its secrets)
+is built in ``store.event_bodies``, beneath this package, so that the store's audit reads show
+exactly what the relay publishes.
 """
 
 from __future__ import annotations
@@ -11,27 +13,18 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from domain.task import Task, public_push_config
+from store.event_bodies import ENVELOPE_FIELDS, event_body, iso, public_push_config
 
-ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
-"""Fields every stored event has; a message carries them as ``taskId``, ``version`` and ``time``."""
-
-
-def iso(value: datetime) -> str:
-    """ISO 8601 in UTC with a ``Z``."""
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def event_body(event: Any) -> dict[str, Any]:
-    """The event's own fields (without the envelope); a push config without its secrets.
-
-    ``PushConfigSet.config`` keeps a webhook's ``token`` and ``authentication.credentials`` in
-    the log for delivery; the public form (NATS, ``longhaul history``) leaves them out.
-    """
-    body = {k: v for k, v in vars(event).items() if k not in ENVELOPE_FIELDS}
-    if isinstance(event, Task.PushConfigSet):
-        body["config"] = public_push_config(body["config"])
-    return body
+__all__ = [
+    "ENVELOPE_FIELDS",
+    "dumps",
+    "event_body",
+    "event_message",
+    "iso",
+    "json_default",
+    "public_push_config",
+    "reference_message",
+]
 
 
 def event_message(position: int | None, tenant: str, event: Any) -> dict[str, Any]:

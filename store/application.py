@@ -39,6 +39,7 @@ from store.errors import (
     AnswerTooLateError,
     ConflictError,
     ContextMismatchError,
+    NoSuchVersionError,
     NotWaitingForInputError,
     RetentionNotReachedError,
     TaskExpiredError,
@@ -120,6 +121,18 @@ class TaskApplication(Application[UUID]):
         assert isinstance(task, Task)
         return task
 
+    def task_at(self, task_id: UUID, version: int) -> Task:
+        """The task as it was after its event at ``version`` (from the snapshot at or before it).
+
+        Raises:
+            TaskNotFoundError: No such task.
+            NoSuchVersionError: ``version`` is not between 1 and the task's last version.
+        """
+        last = self.get(task_id).version
+        if not 1 <= version <= last:
+            raise NoSuchVersionError(task_id, version, last)
+        return self.get(task_id, version=version)
+
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
         """Rebuild several tasks with two queries in all (missing ids are left out).
 
@@ -190,7 +203,14 @@ class TaskApplication(Application[UUID]):
     # ------------------------------------------------------------------ the gateway's use cases
 
     def submit(
-        self, *, tenant: str, message: JSON, skill: Skill, clock: Clock, push_config: JSON | None = None
+        self,
+        *,
+        tenant: str,
+        message: JSON,
+        skill: Skill,
+        clock: Clock,
+        push_config: JSON | None = None,
+        key_id: str | None = None,
     ) -> Task:
         """Start a task for a client's first ``message``, or answer a resend with the task it started.
 
@@ -207,6 +227,7 @@ class TaskApplication(Application[UUID]):
             push_config: A push notification config (with its ``id``) to register in the same
                 commit as ``Submitted``. A resend's config is not applied: the first send's
                 commit registered it.
+            key_id: The id of the API key the client called with, recorded in its events.
 
         Raises:
             TaskExpiredError: A resend of a task that expired.
@@ -224,9 +245,10 @@ class TaskApplication(Application[UUID]):
             skill_version=skill.version,
             message={**message, "taskId": str(task_id), "contextId": context_id},
             params=params_of(message),
+            key_id=key_id,
         )
         if push_config is not None:
-            task.set_push_config(now=task.created_on, config=push_config)
+            task.set_push_config(now=task.created_on, config=push_config, key_id=key_id)
         try:
             self.save_tasks(task)
         except ConflictError:
@@ -252,11 +274,19 @@ class TaskApplication(Application[UUID]):
         return task
 
     def answer(
-        self, task_id: UUID, *, tenant: str, message: JSON, clock: Clock, push_config: JSON | None = None
+        self,
+        task_id: UUID,
+        *,
+        tenant: str,
+        message: JSON,
+        clock: Clock,
+        push_config: JSON | None = None,
+        key_id: str | None = None,
     ) -> Task:
         """Append a client's answer to a paused task; it becomes runnable again.
 
         ``push_config`` (with its ``id``) is registered, or replaced, in the same commit.
+        ``key_id`` (the client's API key id) is recorded in the events.
 
         A resend of an answer the task received before (the same message: ``messageId``, parts
         and all) appends nothing and returns the task as it is now, whatever its state; a resent
@@ -287,13 +317,13 @@ class TaskApplication(Application[UUID]):
             if resent:
                 return
             try:
-                task.receive_input(now=now, message=answer)
+                task.receive_input(now=now, message=answer, key_id=key_id)
             except NotPausedError:
                 raise NotWaitingForInputError(task.id, task.state) from None
             except PauseDeadlinePassedError:
                 raise AnswerTooLateError(task.id, task.pause_deadline) from None
             if push_config is not None:
-                _set_push_config(task, now, push_config)
+                _set_push_config(task, now, push_config, key_id)
 
         task = self._run(receive, task_id, tenant=tenant, clock=clock)
         if resent:
@@ -304,7 +334,7 @@ class TaskApplication(Application[UUID]):
             _lifecycle(task, "resumed: answer received, runnable again at step %d", task.next_step)
         return task
 
-    def cancel(self, task_id: UUID, *, tenant: str, clock: Clock) -> Task:
+    def cancel(self, task_id: UUID, *, tenant: str, clock: Clock, key_id: str | None = None) -> Task:
         """Cancel a task that has not ended; the worker holding it is fenced out.
 
         Raises:
@@ -313,13 +343,17 @@ class TaskApplication(Application[UUID]):
         """
 
         def cancel(task: Task, now: datetime) -> None:
-            task.cancel(now=now, reason=CANCEL_REASON, message=agent_message(task, CANCEL_TEXT))
+            task.cancel(
+                now=now, reason=CANCEL_REASON, message=agent_message(task, CANCEL_TEXT), key_id=key_id
+            )
 
         task = self._run(cancel, task_id, tenant=tenant, clock=clock)
         _lifecycle(task, "finished: %s (%s)", task.state, CANCEL_REASON)
         return task
 
-    def set_push_config(self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock) -> Task:
+    def set_push_config(
+        self, task_id: UUID, *, tenant: str, config: JSON, clock: Clock, key_id: str | None = None
+    ) -> Task:
         """Register or replace a push notification config (``config['id']`` is its key).
 
         The URL is not checked here: the caller checks it first (``store.push_urls``), outside
@@ -333,17 +367,19 @@ class TaskApplication(Application[UUID]):
         that a webhook would deliver (ADR 0025).
         """
         return self._run(
-            lambda task, now: _set_push_config(task, now, config), task_id, tenant=tenant, clock=clock
+            lambda task, now: _set_push_config(task, now, config, key_id), task_id, tenant=tenant, clock=clock
         )
 
-    def remove_push_config(self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock) -> Task:
+    def remove_push_config(
+        self, task_id: UUID, *, tenant: str, config_id: str, clock: Clock, key_id: str | None = None
+    ) -> Task:
         """Delete a push notification config; deleting an absent one appends nothing.
 
         Raises:
             TaskNotFoundError: See ``get_visible``.
         """
         return self._run(
-            lambda task, now: task.remove_push_config(now=now, config_id=config_id),
+            lambda task, now: task.remove_push_config(now=now, config_id=config_id, key_id=key_id),
             task_id,
             tenant=tenant,
             clock=clock,
@@ -471,11 +507,11 @@ class TaskApplication(Application[UUID]):
         return task
 
 
-def _set_push_config(task: Task, now: datetime, config: JSON) -> None:
+def _set_push_config(task: Task, now: datetime, config: JSON, key_id: str | None) -> None:
     """Register or replace ``config`` on ``task``, within ``MAX_PUSH_CONFIGS``."""
     if config.get("id") not in task.push_configs and len(task.push_configs) >= MAX_PUSH_CONFIGS:
         raise TooManyPushConfigsError(task.id, MAX_PUSH_CONFIGS)
-    task.set_push_config(now=now, config=config)
+    task.set_push_config(now=now, config=config, key_id=key_id)
 
 
 def _lifecycle(task: Task, text: str, *args: object, **fields: object) -> None:

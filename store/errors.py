@@ -45,6 +45,14 @@ class TaskExpiredError(TaskNotFoundError):
         self.task_id = task_id
 
 
+class NoSuchVersionError(ApplicationError, LookupError):
+    """A task was asked for its state at a version it does not have (versions run from 1 to ``last``)."""
+
+    def __init__(self, task_id: UUID, version: int, last: int) -> None:
+        super().__init__(f"task {task_id} has versions 1 to {last}; there is no version {version}")
+        self.task_id, self.version, self.last = task_id, version, last
+
+
 class RetentionNotReachedError(ApplicationError):
     """A task was asked to expire before its own retention (per tenant and skill) had passed."""
 

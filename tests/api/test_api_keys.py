@@ -16,6 +16,7 @@ from api.api_keys import (
     ApiKeyError,
     KeyRing,
     digest_of,
+    key_id_of,
     mint_key,
     parse_key_file,
     parse_pairs,
@@ -38,6 +39,13 @@ class TestMinting:
         assert minted.key not in minted.line
         assert re.fullmatch(r"lh_[A-Za-z0-9_-]{43}", minted.key)
 
+    def test_a_minted_key_is_named_by_its_key_id_the_start_of_its_digest(self) -> None:
+        minted = mint_key("acme")
+
+        name, _, digest = minted.line.split()
+        assert name == key_id_of(digest_of(minted.key)) == digest.removeprefix("sha256:")[:8]
+        assert re.fullmatch(r"[0-9a-f]{8}", name)
+
     def test_every_minted_key_is_new(self) -> None:
         minted = [mint_key("acme") for _ in range(50)]
 
@@ -54,7 +62,7 @@ class TestPairs:
     def test_pairs_map_keys_to_tenants_in_order(self) -> None:
         keys = parse_pairs(" acme = aaaaaaaaaaaaaaaa1 ,globex=gggggggggggggggg1,, acme=aaaaaaaaaaaaaaaa2 ")
 
-        assert [(k.key_id, k.tenant) for k in keys] == [
+        assert [(k.name, k.tenant) for k in keys] == [
             ("env-1", "acme"),
             ("env-2", "globex"),
             ("env-3", "acme"),
@@ -108,7 +116,7 @@ class TestKeyFile:
 
         keys = parse_key_file(text)
 
-        assert [(k.key_id, k.tenant, k.digest.hex()) for k in keys] == [
+        assert [(k.name, k.tenant, k.digest.hex()) for k in keys] == [
             ("k1", "acme", digest),
             ("k2", "globex", "cd" * 32),
         ]
@@ -123,7 +131,7 @@ class TestKeyFile:
             ("k1 acme sha256:" + "ab" * 31 + "\n", "64 lower-case hex"),
             ("k1 acme md5:" + "ab" * 16 + "\n", "sha256:"),
             ("k1 'acme' sha256:" + "ab" * 32 + "\n", "line 1: tenant \"'acme'\""),
-            ("-k1 acme sha256:" + "ab" * 32 + "\n", "line 1: key id '-k1'"),
+            ("-k1 acme sha256:" + "ab" * 32 + "\n", "line 1: key name '-k1'"),
             ("k1 acme lh_this_is_a_key_in_the_clear\n", "a key itself never goes in the file"),
         ],
     )
@@ -158,15 +166,32 @@ class TestKeyFile:
             assert ring.find(key[:-1]) is None
 
 
+class TestKeyIds:
+    def test_a_key_has_the_same_id_from_a_pair_and_from_its_file_line(self) -> None:
+        key = "lh_" + "s3cret" * 6
+        (from_pair,) = parse_pairs(f"acme={key}")
+        (from_file,) = parse_key_file(f"prod-1 acme sha256:{digest_of(key).hex()}\n")
+
+        assert from_pair.name != from_file.name
+        assert from_pair.key_id == from_file.key_id == hashlib.sha256(key.encode()).hexdigest()[:8]
+
+    def test_two_keys_with_one_key_id_are_refused(self) -> None:
+        digest = bytes.fromhex("3f2a9c1d" + "00" * 28)
+        other = bytes.fromhex("3f2a9c1d" + "11" * 28)
+
+        with pytest.raises(ApiKeyError, match="same key id 3f2a9c1d as another key"):
+            KeyRing([ApiKey("k1", "acme", digest), ApiKey("k2", "globex", other)])
+
+
 class TestKeyRing:
     def test_no_keys_is_refused(self) -> None:
         with pytest.raises(ApiKeyError, match="no API keys"):
             KeyRing([])
 
-    def test_a_key_id_or_a_key_given_twice_is_refused(self) -> None:
+    def test_a_key_name_or_a_key_given_twice_is_refused(self) -> None:
         one = ApiKey("k1", "acme", digest_of("a" * 16))
 
-        with pytest.raises(ApiKeyError, match="key id 'k1' appears twice"):
+        with pytest.raises(ApiKeyError, match="key name 'k1' appears twice"):
             KeyRing([one, ApiKey("k1", "acme", digest_of("b" * 16))])
         with pytest.raises(ApiKeyError, match="'k2' is the same key as another"):
             KeyRing([one, ApiKey("k2", "globex", digest_of("a" * 16))])
@@ -188,6 +213,6 @@ class TestKeyRing:
         found = ring.find(presented)
 
         assert compared == [key.digest for key in ring.keys]  # no early exit, no other comparison
-        assert (found.key_id if found else None) == {"key-number-0000": "k0", "key-number-0004": "k4"}.get(
+        assert (found.name if found else None) == {"key-number-0000": "k0", "key-number-0004": "k4"}.get(
             presented
         )

@@ -1,4 +1,4 @@
-"""Schemathesis over the gateway's own OpenAPI: the HTTP+JSON routes never answer 5xx.
+"""Schemathesis over the gateway's own OpenAPI: the HTTP+JSON routes and audit reads never answer 5xx.
 
 The cases come from the document the app serves at ``/schema/openapi.json`` (Litestar's, with
 the binding's bodies and query parameters from the wire models: ``api.rest.described``),
@@ -32,6 +32,9 @@ from tests.api.support import PUBLIC_URL, FakeClock, http_client, log_position, 
 
 JSON = dict[str, Any]
 REST = "/a2a/rest/"
+AUDIT = "/audit/v1/"
+FUZZED = (REST, AUDIT)
+"""The HTTP+JSON binding's 24 operations and the 3 audit reads."""
 BASE_URL = "http://gateway.test"
 
 
@@ -59,8 +62,8 @@ def _cases() -> st.SearchStrategy[Any]:
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result  # every operation of the document loads
         operations.append(result.ok())
-    rest = [operation for operation in operations if operation.path.startswith(REST)]
-    assert len(rest) == 24, [operation.path for operation in rest]
+    rest = [operation for operation in operations if operation.path.startswith(FUZZED)]
+    assert len(rest) == 27, [operation.path for operation in rest]
     modes = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
     return st.one_of([operation.as_strategy(mode) for operation in rest for mode in modes])
 
@@ -112,7 +115,7 @@ async def test_every_documented_route_is_served(client: httpx.AsyncClient) -> No
     assert document == openapi_document()
     served = 0
     for path, item in document["paths"].items():
-        if not path.startswith(REST):
+        if not path.startswith(FUZZED):
             continue
         concrete = path.replace("{tenant}", "acme").replace("{task_id}", "t").replace("{config_id}", "c")
         for method in item:
@@ -120,4 +123,4 @@ async def test_every_documented_route_is_served(client: httpx.AsyncClient) -> No
             reason = response.json()["error"]["details"][0]["reason"]
             assert reason != "METHOD_NOT_FOUND", (method, path)
             served += 1
-    assert served == 24
+    assert served == 27

@@ -11,14 +11,16 @@ from longhaul.cli import main
 def test_keys_new_prints_a_key_and_the_line_that_accepts_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["keys", "new", "acme"]) == 0
 
-    key_line, file_line = capsys.readouterr().out.splitlines()
+    key_line, id_line, file_line = capsys.readouterr().out.splitlines()
     key = key_line.rsplit(" ", 1)[1]
+    key_id = id_line.rsplit(" ", 1)[1]
     line = file_line.split(": ", 1)[1]
     assert key.startswith("lh_")
     assert key not in line
     found = KeyRing(parse_key_file(line)).find(key)
     assert found is not None
     assert found.tenant == "acme"
+    assert found.key_id == key_id == line.split()[0]
 
 
 def test_keys_new_refuses_a_tenant_that_is_not_plain(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import inspect
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
@@ -35,7 +36,7 @@ from tests.domain.support import (
 )
 
 CLASS_VERSIONS = {
-    "Submitted": 1,
+    "Submitted": 2,
     "LeaseGranted": 1,
     "LeaseExtended": 1,
     "LeaseReleased": 1,
@@ -44,14 +45,14 @@ CLASS_VERSIONS = {
     "ProgressReported": 1,
     "InputRequested": 2,
     "AuthRequested": 2,
-    "InputReceived": 1,
+    "InputReceived": 2,
     "ArtifactChunkAppended": 1,
     "EffectRecorded": 1,
-    "PushConfigSet": 1,
-    "PushConfigRemoved": 1,
+    "PushConfigSet": 2,
+    "PushConfigRemoved": 2,
     "Completed": 1,
     "Failed": 2,
-    "Canceled": 1,
+    "Canceled": 2,
     "Rejected": 1,
     "Expired": 1,
 }
@@ -131,7 +132,7 @@ def test_submitted_carries_exactly_the_arguments_of_task_init() -> None:
     assert (
         init_arguments
         == event_fields
-        == {"tenant", "context_id", "skill", "skill_version", "message", "params"}
+        == {"tenant", "context_id", "skill", "skill_version", "message", "params", "key_id"}
     )
 
 
@@ -202,6 +203,94 @@ def test_a_version_1_failed_loads_with_no_epoch() -> None:
     assert replayed.reason == "step 0 failed 5 times"
     assert loaded.state == TaskState.FAILED
     assert loaded.version == 3
+
+
+# ------------------------------------------------------------------------------ key_id and Canceled.by (v2)
+
+
+def _stored_as_version_1(store: MemoryStore, task: Task, drop: tuple[str, ...]) -> None:
+    """Store ``task``'s pending events, each version-2 one as version 1 stored it (without ``drop``)."""
+    rows = []
+    for event in task.collect_events():
+        if getattr(type(event), "class_version", 1) == 2 and drop[0] in vars(event):
+            rows.append(_with_version_1_state(store, event, dict.fromkeys(drop, dataclasses.MISSING)))
+        else:
+            rows.append(store.mapper.to_stored_event(event))
+    store.recorder.insert_events(rows)
+
+
+def test_version_1_client_events_load_with_no_key_id() -> None:
+    store = MemoryStore()
+    task = submit()
+    task.set_push_config(now=LATER, config={"id": "p-1", "url": "https://hooks.example/a"})
+    task.remove_push_config(now=LATER, config_id="p-1")
+    task.grant_lease(worker="w1", now=LATER, until=LATER + PAUSE)
+    task.request_input(
+        epoch=1, now=LATER, step=0, checkpoint={}, question={"parts": []}, deadline=LATER + PAUSE
+    )
+    task.receive_input(now=at(minutes=2), message={"messageId": "a", "parts": [{"text": "yes"}]})
+    _stored_as_version_1(store, task, ("key_id",))
+
+    replayed = list(store.events.get(TASK_ID))
+    loaded: Task = store.repository.get(TASK_ID)
+
+    clients = (Task.Submitted, Task.PushConfigSet, Task.PushConfigRemoved, Task.InputReceived)
+    assert [type(e).__name__ for e in replayed if isinstance(e, clients)] == [
+        "Submitted",
+        "PushConfigSet",
+        "PushConfigRemoved",
+        "InputReceived",
+    ]
+    assert all(e.key_id is None for e in replayed if isinstance(e, clients))
+    assert loaded.state == TaskState.WORKING
+    assert loaded.version == 6
+
+
+def test_new_client_events_keep_the_key_id() -> None:
+    task = submit(key_id="3f2a9c1d")
+    task.set_push_config(now=LATER, config={"id": "p-1", "url": "https://hooks.example/a"}, key_id="3f2a9c1d")
+    task.cancel(now=LATER, reason="canceled by the client", key_id="3f2a9c1d")
+
+    submitted, configured, canceled = task.collect_events()
+
+    assert isinstance(submitted, Task.Submitted)
+    assert isinstance(configured, Task.PushConfigSet)
+    assert isinstance(canceled, Task.Canceled)
+    assert (submitted.key_id, configured.key_id, canceled.key_id, canceled.by) == (
+        "3f2a9c1d",
+        "3f2a9c1d",
+        "3f2a9c1d",
+        "client",
+    )
+
+
+@pytest.mark.parametrize(
+    ("on_deadline", "by"),
+    [("cancel", "sweeper"), (None, "client")],
+)
+def test_a_version_1_canceled_is_told_apart_by_its_reason(on_deadline: str | None, by: str) -> None:
+    store = MemoryStore()
+    task = submit()
+    if on_deadline is None:
+        task.cancel(now=LATER, reason="canceled by the client", message=None)
+    else:
+        task.grant_lease(worker="w1", now=LATER, until=LATER + PAUSE)
+        task.request_input(
+            epoch=1,
+            now=LATER,
+            step=0,
+            checkpoint={},
+            question={"parts": []},
+            deadline=LATER + timedelta(seconds=1),
+            on_deadline=on_deadline,
+        )
+        task.expire_pause(now=LATER + timedelta(seconds=2), message={"parts": []})
+    _stored_as_version_1(store, task, ("by", "key_id"))
+
+    (canceled,) = [e for e in store.events.get(TASK_ID) if isinstance(e, Task.Canceled)]
+
+    assert (canceled.by, canceled.key_id) == (by, None)
+    assert store.repository.get(TASK_ID).state == TaskState.CANCELED
 
 
 # ------------------------------------------------------------------------------ snapshots

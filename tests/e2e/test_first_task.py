@@ -81,7 +81,7 @@ def test_send_message_runs_echo_to_completion(
     assert fetched["status"] == task["status"]
     assert fetched["artifacts"] == task["artifacts"]
 
-    # The history lists every event in order, with version, time, type and body.
+    # The history lists every event in order, with version, time, type, actor and fields.
     out = subprocess.run(
         [sys.executable, "-m", "longhaul.cli", "history", task["id"], "--json"],
         env=env,
@@ -90,12 +90,16 @@ def test_send_message_runs_echo_to_completion(
         timeout=60,
         check=True,
     )
-    events = [json.loads(line) for line in out.stdout.splitlines()]
+    document = json.loads(out.stdout)
+    assert document["taskId"] == task["id"]
+    events = document["events"]
     types = [e["type"] for e in events]
     assert types == ["Submitted", "LeaseGranted", "ArtifactChunkAppended", "StepCompleted", "Completed"]
     assert [e["version"] for e in events] == list(range(1, len(events) + 1))
     assert all(e["time"].endswith("Z") for e in events)
-    assert events[0]["body"]["skill"] == "echo"
+    assert events[0]["fields"]["skill"] == "echo"
+    assert events[0]["actor"]["kind"] == "client"
+    assert {e["actor"]["kind"] for e in events[1:]} == {"worker"}
 
     # Every committed event went to NATS, in order, after its commit.
     relayed = [m for m in received if m["taskId"] == task["id"]]

@@ -1,0 +1,46 @@
+"""The public form of an event's own fields: what the relay publishes, ``history`` prints and audits read.
+
+It lives beneath the projections because the store's audit reads (``store.audit_trail``) show the
+same body as the relay's NATS messages (``projections.event_json``, which re-exports it), so a
+field hidden from one is hidden from every reader.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from domain.task import Task, public_push_config
+
+ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
+"""Fields every stored event has; a message carries them as ``taskId``, ``version`` and ``time``."""
+
+def iso(value: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z``."""
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def event_body(event: Any) -> dict[str, Any]:
+    """The event's own fields (without the envelope); a push config without its secrets.
+
+    ``PushConfigSet.config`` keeps a webhook's ``token`` and ``authentication.credentials`` in
+    the log for delivery; the public form (NATS, ``longhaul history``) leaves them out.
+    """
+    body = {k: v for k, v in vars(event).items() if k not in ENVELOPE_FIELDS}
+    if isinstance(event, Task.PushConfigSet):
+        body["config"] = public_push_config(body["config"])
+    return body
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with the non-JSON types events hold (times, UUIDs, tuples) made JSON values."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, UUID):
+        return str(value)
+    return value
