@@ -221,6 +221,8 @@ class Dispatcher:
             ]
             await asyncio.gather(*loops)
         finally:
+            if self._in_flight:  # the intake starts attempts too: let the last ones end first
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
             await self._http.close()
             await self.recorder.close()
 
