@@ -384,6 +384,11 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def cpu_seconds(processes: list[tuple[str, subprocess.Popen[bytes]]]) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far."""
+    return {name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2) for name, p in processes}
+
+
 def print_hops(hops: dict[str, Any]) -> None:
     """The hop-by-hop table of ``webhook_hops.breakdown`` (nothing without ``--hops``)."""
     if not hops:
@@ -428,6 +433,8 @@ def main() -> None:
             time.sleep(2.0 if args.dispatchers > 1 else 0.0)  # the others (not the intake leader) start
             watcher.thread.start()
             watcher.ready.wait(30)
+            services = [("relay", relay), *((f"dispatcher-{n}", d) for n, d in enumerate(dispatchers))]
+            at_start = cpu_seconds(services)  # start-up (imports, connections) is not the load's
             committed, load_s = load(store, hooks.url, args.rate, args.seconds)
             deadline = time.monotonic() + 60
             # 4 events on NATS, 2 webhooks per task
@@ -435,13 +442,8 @@ def main() -> None:
                 time.sleep(0.1)
             watcher.stop.set()
             watcher.thread.join(10)
-            cpu = {
-                name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2)
-                for name, p in (
-                    ("relay", relay),
-                    *((f"dispatcher-{n}", d) for n, d in enumerate(dispatchers)),
-                )
-            }
+            cpu = cpu_seconds(services)
+            cpu_load = {name: round(cpu[name] - at_start[name], 2) for name in cpu}
             times = arrivals.times | hooks.times()
             hop_rows = webhook_hops.read(args.database_url, schema) if args.hops else {}
         finally:
@@ -455,7 +457,7 @@ def main() -> None:
         if args.hops
         else {}
     )
-    report(args, info, committed, load_s, times, watcher, cpu, hops, tree, logs)
+    report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs)
 
 
 def report(  # noqa: PLR0917 - the run's parts, printed and written once
@@ -465,7 +467,7 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     load_s: float,
     times: dict[tuple[str, str], float],
     watcher: Watcher,
-    cpu: dict[str, float],
+    cpus: tuple[dict[str, float], dict[str, float]],
     hops: dict[str, Any],
     tree: Path,
     logs: Path,
@@ -476,7 +478,11 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     missing = sum(
         1 for t in committed for s in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED") if (t, s) not in times
     )
-    print(f"\nCPU seconds of the processes over the whole run: {cpu}")
+    cpu, cpu_load = cpus
+    print(f"\nCPU seconds of the processes over the whole run: {cpu}; from the load's start: {cpu_load}")
+    dispatcher_cpu = sum(v for name, v in cpu_load.items() if name.startswith("dispatcher"))
+    per_delivery_ms = 1000 * dispatcher_cpu / max(1, 2 * len(committed))
+    print(f"dispatcher CPU per delivery from the load's start: {per_delivery_ms:.3f} ms")
     rate = len(committed) / load_s
     print(f"{len(committed)} tasks in {load_s:.1f} s ({rate:.0f}/s), {missing} webhooks missing")
     print(
@@ -501,6 +507,8 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
             "warmup_excluded_s": WARMUP_S,
             "webhooks_missing": missing,
             "process_cpu_seconds": cpu,
+            "process_cpu_seconds_from_load_start": cpu_load,
+            "dispatcher_cpu_ms_per_delivery": round(per_delivery_ms, 3),
             "latency": rows,
             "tree": str(tree),
             "commit": _commit(tree),

@@ -29,7 +29,7 @@ from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg import Cursor
 from psycopg.conninfo import make_conninfo
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 from psycopg.sql import SQL, Identifier
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
@@ -373,23 +373,6 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             for row in rows
         ]
 
-    def select_events_at(self, keys: Sequence[tuple[UUID, int]]) -> dict[tuple[UUID, int], StoredEvent]:
-        """The stored events at ``(task id, version)`` of ``keys``, in one query (missing ones left out)."""
-        if not keys:
-            return {}
-        with self.datastore.transaction(commit=False) as curs:
-            curs.execute(
-                SQL(
-                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
-                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
-                    " ON e.originator_id = k.id AND e.originator_version = k.version"
-                ).format(Identifier(self.datastore.schema), Identifier(self.events_table_name)),
-                ([k[0] for k in keys], [k[1] for k in keys]),
-            )
-            return {
-                (row["originator_id"], row["originator_version"]): _stored(row) for row in curs.fetchall()
-            }
-
     # ------------------------------------------------------------------ archive and purge
 
     def expired_tasks(self, limit: int, *, after: UUID | None = None) -> list[tuple[UUID, str]]:
@@ -537,6 +520,30 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         kwargs.pop("row_factory", None)
         base = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
         return make_conninfo(base, **kwargs)
+
+
+async def select_events_at(
+    conn: psycopg.AsyncConnection[Any], schema: str, table: str, keys: Sequence[tuple[UUID, int]]
+) -> dict[tuple[UUID, int], StoredEvent]:
+    """The stored events at ``(task id, version)`` of ``keys``, in one query (missing ones left out).
+
+    On an async connection in autocommit (the dispatcher's intake, which reads a batch's config
+    changes with it): one round trip, no thread hop and no transaction around a single read.
+    """
+    if not keys:
+        return {}
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(
+        SQL(
+            "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
+            " JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
+            " ON e.originator_id = k.id AND e.originator_version = k.version"
+        ).format(Identifier(schema), Identifier(table)),
+        ([k[0] for k in keys], [k[1] for k in keys]),
+    )
+    return {
+        (row["originator_id"], row["originator_version"]): _stored(row) for row in await cursor.fetchall()
+    }
 
 
 def _stored(row: Any) -> StoredEvent:

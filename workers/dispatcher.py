@@ -59,7 +59,7 @@ from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, Finished, NewDelivery
 from store.errors import PushUrlRefusedError, TaskNotFoundError
 from store.locks import advisory_key
-from store.postgres import PostgresRunQueueRecorder
+from store.postgres import PostgresRunQueueRecorder, select_events_at
 from store.push_urls import check_push_url
 from store.retry import RetryPolicy, webhook_retry
 from workers.jetstream_pull import Pull
@@ -188,6 +188,8 @@ class Dispatcher:
         """Lanes claimed for this dispatcher outside the delivery loop (their claimed deliveries in
         version order), with when they were claimed."""
         self._from_log: dict[tuple[UUID, int], Any] = {}
+        self._log_reads: psycopg.AsyncConnection[Any] | None = None
+        """The intake's connection (autocommit, the one holding its lock): its reads of the log."""
         self._in_flight: set[asyncio.Task[None]] = set()
         self._lanes: dict[tuple[UUID, str], bool] = {}
         """Lanes an attempt of this dispatcher runs in, and whether more was recorded for them."""
@@ -219,6 +221,8 @@ class Dispatcher:
             ]
             await asyncio.gather(*loops)
         finally:
+            if self._in_flight:  # the intake starts attempts too: let the last ones end first
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
             await self._http.close()
             await self.recorder.close()
 
@@ -256,8 +260,10 @@ class Dispatcher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 1.0)
             if not stop.is_set():
+                self._log_reads = lock
                 await self._follow(stop, lock)
         finally:
+            self._log_reads = None
             await lock.close()
 
     async def _follow(self, stop: asyncio.Event, lock: psycopg.AsyncConnection[Any]) -> None:
@@ -303,7 +309,7 @@ class Dispatcher:
             for e in events
             if e["type"] in CONFIG_EVENTS or e.get("body") is None
         ]
-        self._from_log = await asyncio.to_thread(self._stored_events, wanted) if wanted else {}
+        self._from_log = await self._stored_events(wanted) if wanted else {}
         new: list[NewDelivery] = []
         for event in events:
             new += await self._deliveries_for(event)
@@ -321,7 +327,12 @@ class Dispatcher:
             claimed_at = self.clock()
             self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
             await self._behind(recorded.waiting)
-            self._wake.set()  # recorded: what was claimed may go out before the acknowledgements
+            # Recorded: what was claimed goes out now, before the acknowledgements. Started here,
+            # not by waking the delivery loop: the acknowledgements do not yield to the event
+            # loop, so a woken loop ran only after all of them. One yield lets each new attempt
+            # send its POST first.
+            self._start(self._take_ready(self.config.concurrency - len(self._in_flight)))
+            await asyncio.sleep(0)
         for message in messages:
             await message.ack()
 
@@ -352,7 +363,7 @@ class Dispatcher:
             return []
         if event.get("body") is None:  # a reference: NATS could not carry the body
             try:
-                event = self._event_from_log(task_id, version, event)
+                event = await self._event_from_log(task_id, version, event)
             except TaskNotFoundError:
                 return []
         response = stream_response(event, known.context_id)
@@ -390,7 +401,7 @@ class Dispatcher:
         elif known is not None and kind in CONFIG_EVENTS and version == known.version + 1:
             # The change itself, read from the log (NATS carries the config without its secrets).
             try:
-                stored = self._stored_event(task_id, version)
+                stored = await self._stored_event(task_id, version)
             except TaskNotFoundError:
                 self._known.pop(task_id, None)
                 return None  # purged since (archived): nothing to deliver
@@ -419,23 +430,30 @@ class Dispatcher:
             self._known.popitem(last=False)
         return known
 
-    def _stored_events(self, keys: list[tuple[UUID, int]]) -> dict[tuple[UUID, int], Any]:
-        """The events at ``keys`` (task id, version), as the log holds them: one query, no replay."""
+    async def _stored_events(self, keys: list[tuple[UUID, int]]) -> dict[tuple[UUID, int], Any]:
+        """The events at ``keys`` (task id, version), as the log holds them: one query, no replay.
+
+        Read on the intake's own connection (the one that holds its lock), in the event loop.
+        """
         recorder = self.store.recorder
         assert isinstance(recorder, PostgresRunQueueRecorder)
-        return {k: self.store.mapper.to_domain_event(e) for k, e in recorder.select_events_at(keys).items()}
+        assert self._log_reads is not None
+        stored = await select_events_at(
+            self._log_reads, recorder.datastore.schema, recorder.events_table_name, keys
+        )
+        return {k: self.store.mapper.to_domain_event(e) for k, e in stored.items()}
 
-    def _stored_event(self, task_id: UUID, version: int) -> Any:
+    async def _stored_event(self, task_id: UUID, version: int) -> Any:
         """The task's event at ``version``: from the batch's read, else one query."""
         found = self._from_log.get((task_id, version))
         if found is None:
-            found = self._stored_events([(task_id, version)]).get((task_id, version))
+            found = (await self._stored_events([(task_id, version)])).get((task_id, version))
         if found is None:
             raise TaskNotFoundError(str(task_id))
         return found
 
-    def _event_from_log(self, task_id: UUID, version: int, reference: dict[str, Any]) -> dict[str, Any]:
-        domain_event = self._stored_event(task_id, version)
+    async def _event_from_log(self, task_id: UUID, version: int, reference: dict[str, Any]) -> dict[str, Any]:
+        domain_event = await self._stored_event(task_id, version)
         return event_message(reference.get("position"), str(reference["tenant"]), domain_event)
 
     def _remember_headers(self, delivery_id: str, headers: dict[str, str]) -> None:
@@ -466,10 +484,7 @@ class Dispatcher:
                         self.config.dispatcher_id, now, self.config.claim_lease, free - len(claimed)
                     )
                     claimed += [(now, [d]) for d in heads]
-                for claimed_at, lane in claimed:
-                    attempt = asyncio.ensure_future(self._attempt(lane, claimed_at))
-                    in_flight.add(attempt)
-                    attempt.add_done_callback(self._attempt_done(in_flight))
+                self._start(claimed)
                 waker = asyncio.ensure_future(self._wake.wait())
                 stopper = asyncio.ensure_future(stop.wait())
                 await asyncio.wait([waker, stopper], timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
@@ -478,6 +493,13 @@ class Dispatcher:
         finally:
             if in_flight:
                 await asyncio.gather(*in_flight, return_exceptions=True)
+
+    def _start(self, claimed: list[tuple[datetime, list[Delivery]]]) -> None:
+        """Start an attempt at each claimed lane (its deliveries in version order)."""
+        for claimed_at, lane in claimed:
+            attempt = asyncio.ensure_future(self._attempt(lane, claimed_at))
+            self._in_flight.add(attempt)
+            attempt.add_done_callback(self._attempt_done(self._in_flight))
 
     def _take_ready(self, free: int) -> list[tuple[datetime, list[Delivery]]]:
         """Up to ``free`` lanes the intake claimed for us, leaving out claims too old to use.
