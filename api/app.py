@@ -1,4 +1,4 @@
-"""The Litestar gateway: the agent card and the A2A JSON-RPC and HTTP+JSON bindings.
+"""The Litestar gateway: the agent card, the A2A JSON-RPC and HTTP+JSON bindings, the audit pages.
 
 The app holds no task state: every request reads and appends through the event store, so any
 number of gateways can serve the same store.
@@ -29,6 +29,7 @@ from api.agent_card import (
     package_version,
 )
 from api.api_keys import KeyRing
+from api.audit_pages import audit_router, template_config
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
@@ -183,16 +184,18 @@ def create_app(
             "max_pause": max_pause,
             "metrics": metrics_registry,
             "rest": rest,
+            "store": store,
         }
     )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     app = Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router()],
+        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router(), audit_router()],
         middleware=[limit, authenticate],
         state=state,
         debug=False,
         logging_config=None,
         request_max_body_size=max_body_bytes,
+        template_config=template_config(),
         exception_handlers={HTTPException: _http_error},
         openapi_config=OpenAPIConfig(
             title="longhaul", version=package_version(), path="/schema", render_plugins=[RestOpenAPI()]

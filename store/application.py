@@ -120,6 +120,10 @@ class TaskApplication(Application[UUID]):
         assert isinstance(task, Task)
         return task
 
+    def task_at(self, task_id: UUID, version: int) -> Task:
+        """The task as it was after its event at ``version`` (``TaskNotFoundError`` if it has none)."""
+        return self.get(task_id, version=version)
+
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
         """Rebuild several tasks with two queries in all (missing ids are left out).
 
