@@ -12,6 +12,7 @@ import html
 import json
 import re
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -23,6 +24,8 @@ from litestar import Litestar
 from api.api_keys import KeyRing, parse_pairs
 from projections.task_wire import task_to_wire
 from store.application import TaskApplication
+from store.config import StoreConfig
+from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
 from tests.api.support import A2A_HEADERS, Advance, http_client, user_message
 
 JSON = dict[str, Any]
@@ -257,3 +260,38 @@ class TestSigningIn:
         response = await keyed.post("/a2a/jsonrpc", json=body, headers={**A2A_HEADERS, **basic(ACME_KEY)})
         assert response.status_code == 401
         assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.postgres
+async def test_the_webhook_deliveries_are_shown_with_every_attempt(
+    http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+) -> None:
+    task_id = await _a_full_task(http, store, advance)
+    config = store.config
+    assert isinstance(config, StoreConfig)
+    recorder = DeliveryRecorder(config.database_url, config.schema, pool_size=1)
+    await recorder.open()
+    start = datetime.now(UTC)
+    try:
+        new = NewDelivery(
+            f"msg_{task_id.hex}", task_id, "default", 8, "Completed", start, "hook-1",
+            f"https://example.com/hook?x={HOSTILE}", "{}",
+        )  # fmt: skip
+        recorded = await recorder.record([new], start, claimant="d-1", lease=timedelta(seconds=30))
+        (delivery,) = recorded.claimed
+        failed = Attempt(1, start, 12.5, 503, None, "retry", "d-1")
+        await recorder.finish(delivery, failed, state="pending", next_attempt_at=start)
+        (again,) = await recorder.claim("d-1", start + timedelta(seconds=1), timedelta(seconds=30), 10)
+        delivered = Attempt(2, start + timedelta(seconds=1), 8.0, 200, None, "delivered", "d-1")
+        assert await recorder.finish(again, delivered, state="delivered")
+    finally:
+        await recorder.close()
+
+    page = (await http.get(f"/audit/tasks/{task_id}")).text
+    rows = page.split('id="deliveries-table"')[1].split("</table>", 1)[0]
+    assert rows.count('<tr class="delivery">') == 1
+    assert "Completed" in rows
+    assert "hook-1" in rows
+    assert "delivered at" in rows
+    assert re.search(r"503, 12\.5 ms, retry</li>\s*<li>[^<]*: 200, 8\.0 ms, delivered</li>", rows)
+    assert html.escape("<script>window.pwned = 1</script>", quote=False) in rows
