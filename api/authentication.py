@@ -72,12 +72,12 @@ class Authenticate(ASGIMiddleware):
         if self.keys is None:
             caller = OPEN
         else:
-            page = _is_browser_page(scope)
-            key = self.keys.find(_bearer_token(scope) or (_basic_password(scope) if page else None) or "")
+            token = _bearer_token(scope) or (_basic_password(scope) if _is_browser_page(scope) else None)
+            key = self.keys.find(token or "")
             if key is None:
                 self.refused += 1
                 log.debug("refused %s %s: no known API key", scope.get("method", ""), scope["path"])
-                if page:
+                if _is_browser_page(scope):
                     await send_page_refusal(send, PAGE_CHALLENGE)
                 else:
                     await send_refusal(scope, send, UnauthenticatedError(), CHALLENGE)

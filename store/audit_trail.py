@@ -165,7 +165,8 @@ def _summary(event: object) -> str:  # noqa: PLR0911, PLR0912 - one line per eve
         return f"progress: {_text(event.message)}"
     if isinstance(event, Task.InputRequested | Task.AuthRequested):
         kind = "credentials" if isinstance(event, Task.AuthRequested) else "input"
-        return f"asked for {kind} until {_json_ready(event.deadline)}: {_text(event.question)}"
+        until = event.deadline.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return f"asked for {kind} until {until}: {_text(event.question)}"
     if isinstance(event, Task.InputReceived):
         return f"answer received: {_text(event.message)!r}"
     if isinstance(event, Task.ArtifactChunkAppended):
