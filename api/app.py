@@ -29,7 +29,8 @@ from api.agent_card import (
     package_version,
 )
 from api.api_keys import KeyRing
-from api.audit_pages import audit_router, template_config
+from api.audit_pages import audit_router, is_audit_path, template_config
+from api.audit_pages import route_error as audit_route_error
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
@@ -206,9 +207,14 @@ def create_app(
 
 
 def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Response[Any]:
-    """Litestar's refusals (no such route, method not allowed): Status bodies on the HTTP+JSON binding."""
+    """Litestar's refusals (no such route, method not allowed), in the shape of the path.
+
+    Status bodies on the HTTP+JSON binding, HTML pages under ``/audit``, else Litestar's JSON.
+    """
     if request.url.path.startswith(REST_PATH + "/"):
         return route_error(request, error)
+    if is_audit_path(request.url.path):
+        return audit_route_error(request, error)
     return Response(
         content={"status_code": error.status_code, "detail": error.detail},
         status_code=error.status_code,

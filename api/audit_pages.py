@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from uuid import UUID
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from litestar import Request, Router, get
 from litestar.datastructures import State
+from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
@@ -123,6 +125,18 @@ async def task_page(request: Request[object, object, State], task_id: FromPath[s
     return _page(request, "audit/task.html", {"timeline": timeline, "tenant": tenant})
 
 
+def route_error(request: Request[Any, Any, State], error: HTTPException) -> Template:
+    """Litestar's refusals under ``/audit`` (no such page, method not allowed) as an HTML page."""
+    reason = f"{request.url.path} is no audit page ({error.detail})"
+    context = {"reason": reason, "heading": "No such page"}
+    return _page(request, "audit/not_found.html", context, error.status_code, headers=error.headers)
+
+
+def is_audit_path(path: str) -> bool:
+    """Whether ``path`` is under the audit pages."""
+    return path == AUDIT_PATH or path.startswith(AUDIT_PATH + "/")
+
+
 def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: int | None) -> Timeline:
     """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``."""
     try:
@@ -168,13 +182,18 @@ def _version_query(request: Request[object, object, State]) -> int | None:
         raise NotShownError(f"version {text!r} is not a number: a version is 1 or more") from None
 
 
-def _tenant_query(request: Request[object, object, State]) -> str | None:
+def _tenant_query(request: Request[Any, Any, State]) -> str | None:
     """The ``tenant`` a page names (open dev mode: any; with keys: only the key's own)."""
     return request.query_params.get("tenant") or None
 
 
 def _page(
-    request: Request[object, object, State], name: str, context: dict[str, Any], status: int = 200
+    request: Request[Any, Any, State],
+    name: str,
+    context: dict[str, Any],
+    status: int = 200,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> Template:
     caller = request.scope.get("state", {}).get(CALLER)
     open_mode = isinstance(caller, Caller) and caller.tenant is None
@@ -186,7 +205,10 @@ def _page(
         "link_suffix": f"&tenant={quote(named, safe='')}" if named else "",
     }
     return Template(
-        template_name=name, context={**common, **context}, status_code=status, headers=PAGE_HEADERS
+        template_name=name,
+        context={**common, **context},
+        status_code=status,
+        headers={**(headers or {}), **PAGE_HEADERS},
     )
 
 

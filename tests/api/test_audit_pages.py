@@ -14,11 +14,14 @@ import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 from uuid import UUID, uuid4
 
 import httpx
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from litestar import Litestar
 
 from api.api_keys import KeyRing, parse_pairs
@@ -179,6 +182,13 @@ class TestTheTaskPage:
         junk = await http.get("/audit/tasks/not-a-task")
         assert junk.status_code == 404
         assert "is not a task id" in html.unescape(junk.text)
+        no_page = await http.get(f"/audit/tasks/{task_id}/more")
+        assert no_page.status_code == 404
+        assert "is no audit page" in no_page.text
+        posted = await http.post("/audit/")
+        assert posted.status_code == 405
+        assert "GET" in posted.headers["allow"]
+        assert posted.headers["content-type"].startswith("text/html")
         beyond = await http.get(f"/audit/tasks/{task_id}", params={"version": 9})
         assert beyond.status_code == 404
         assert "has versions 1 to 8, not 9" in beyond.text
@@ -295,3 +305,30 @@ async def test_the_webhook_deliveries_are_shown_with_every_attempt(
     assert "delivered at" in rows
     assert re.search(r"503, 12\.5 ms, retry</li>\s*<li>[^<]*: 200, 8\.0 ms, delivered</li>", rows)
     assert html.escape("<script>window.pwned = 1</script>", quote=False) in rows
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    task=st.text(max_size=40) | st.uuids().map(str),
+    version=st.none() | st.text(max_size=8) | st.integers(-3, 12).map(str),
+    tenant=st.none() | st.text(max_size=8),
+    search=st.booleans(),
+)
+async def test_junk_gets_an_html_answer_never_a_server_error(
+    keyed: httpx.AsyncClient, task: str, version: str | None, tenant: str | None, search: bool
+) -> None:
+    params = {k: v for k, v in {"version": version, "tenant": tenant}.items() if v is not None}
+    if search:
+        response = await keyed.get("/audit/", params={**params, "task": task}, headers=basic(ACME_KEY))
+    else:
+        response = await keyed.get(
+            f"/audit/tasks/{quote(task, safe='')}", params=params, headers=basic(ACME_KEY)
+        )
+    assert response.status_code in (200, 303, 400, 404, 405), response.text
+    if response.status_code != 303:
+        assert response.headers["content-type"].startswith("text/html"), response.text
+        assert "<script" not in response.text.lower()
