@@ -1,4 +1,4 @@
-"""The Litestar gateway: the agent card and the A2A JSON-RPC and HTTP+JSON bindings.
+"""The Litestar gateway: the agent card, the A2A JSON-RPC and HTTP+JSON bindings, the audit pages.
 
 The app holds no task state: every request reads and appends through the event store, so any
 number of gateways can serve the same store.
@@ -30,6 +30,8 @@ from api.agent_card import (
 )
 from api.api_keys import KeyRing
 from api.audit import AUDIT_PATH, AuditReads, audit_route_error, audit_router
+from api.audit_pages import audit_pages_router, is_audit_path, template_config
+from api.audit_pages import route_error as audit_page_error
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
@@ -185,16 +187,25 @@ def create_app(
             "metrics": metrics_registry,
             "rest": rest,
             "audit": AuditReads(service, store),
+            "store": store,
         }
     )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     app = Litestar(
-        route_handlers=[get_agent_card, jsonrpc, metrics, rest_router(), audit_router()],
+        route_handlers=[
+            get_agent_card,
+            jsonrpc,
+            metrics,
+            rest_router(),
+            audit_router(),
+            audit_pages_router(),
+        ],
         middleware=[limit, authenticate],
         state=state,
         debug=False,
         logging_config=None,
         request_max_body_size=max_body_bytes,
+        template_config=template_config(),
         exception_handlers={HTTPException: _http_error},
         openapi_config=OpenAPIConfig(
             title="longhaul", version=package_version(), path="/schema", render_plugins=[RestOpenAPI()]
@@ -205,11 +216,17 @@ def create_app(
 
 
 def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Response[Any]:
-    """Litestar's refusals (no such route, method not allowed): Status bodies on the HTTP+JSON binding."""
+    """Litestar's refusals (no such route, method not allowed), in the shape of the path.
+
+    Status bodies on the HTTP+JSON binding and the audit reads (``/audit/v1``), HTML pages under
+    the rest of ``/audit``, else Litestar's JSON.
+    """
     if request.url.path.startswith(REST_PATH + "/"):
         return route_error(request, error)
     if request.url.path.startswith(AUDIT_PATH + "/"):
         return audit_route_error(request, error)
+    if is_audit_path(request.url.path):
+        return audit_page_error(request, error)
     return Response(
         content={"status_code": error.status_code, "detail": error.detail},
         status_code=error.status_code,

@@ -5,12 +5,17 @@
 with ``WWW-Authenticate: Bearer`` and an error body in its binding's shape
 (``api.early_answers``); with none configured every caller is the open development tenant.
 Routes whose handler has ``opt={"public": True}`` (the agent card, ``/metrics``) are not checked.
+Pages for a browser (``opt={"browser_page": True}``: the audit pages of ``api.audit_pages``) also
+take the key as the password of HTTP Basic, which a browser asks for and sends by itself, and are
+refused with an HTML page and a Basic challenge (ADR 0028).
 
 ``caller_tenant`` is the one function every binding calls to learn the tenant a method runs as.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +26,7 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.api_keys import CALLER_KEY_ID, KeyRing
-from api.early_answers import send_refusal
+from api.early_answers import send_page_refusal, send_refusal
 from api.errors import InvalidParamsError, UnauthenticatedError
 from api.service import DEFAULT_TENANT
 
@@ -33,7 +38,11 @@ CALLER = "longhaul.caller"
 PUBLIC = "public"
 """The route handler ``opt`` key of routes anyone may call without a key."""
 
+BROWSER_PAGE = "browser_page"
+"""The route handler ``opt`` key of pages for a browser: HTTP Basic accepted, HTML refusals."""
+
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="longhaul"'}
+PAGE_CHALLENGE = {"WWW-Authenticate": 'Basic realm="longhaul audit", charset="UTF-8"'}
 
 
 @dataclass(frozen=True)
@@ -63,11 +72,15 @@ class Authenticate(ASGIMiddleware):
         if self.keys is None:
             caller = OPEN
         else:
-            key = self.keys.find(_bearer_token(scope) or "")
+            token = _bearer_token(scope) or (_basic_password(scope) if _is_browser_page(scope) else None)
+            key = self.keys.find(token or "")
             if key is None:
                 self.refused += 1
                 log.debug("refused %s %s: no known API key", scope.get("method", ""), scope["path"])
-                await send_refusal(scope, send, UnauthenticatedError(), CHALLENGE)
+                if _is_browser_page(scope):
+                    await send_page_refusal(send, PAGE_CHALLENGE)
+                else:
+                    await send_refusal(scope, send, UnauthenticatedError(), CHALLENGE)
                 return
             caller = Caller(tenant=key.tenant, key_id=key.key_id)
         scope.setdefault("state", {})[CALLER] = caller
@@ -108,4 +121,25 @@ def _bearer_token(scope: Scope) -> str | None:
             scheme, _, token = value.decode("latin-1").strip().partition(" ")
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
+    return None
+
+
+def _is_browser_page(scope: Scope) -> bool:
+    handler = scope.get("route_handler")
+    return bool(handler is not None and handler.opt.get(BROWSER_PAGE))
+
+
+def _basic_password(scope: Scope) -> str | None:
+    """The password of the request's ``Authorization: Basic`` header (the user name is not used)."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, encoded = value.decode("latin-1").strip().partition(" ")
+            if scheme.lower() != "basic":
+                return None
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            _, colon, password = decoded.partition(":")
+            return password if colon and password else None
     return None

@@ -41,7 +41,7 @@ DATABASE_URL_ENV = "LONGHAUL_TEST_DATABASE_URL"
 NATS_URL_ENV = "LONGHAUL_TEST_NATS_URL"
 
 
-PROCESS_FOLDERS = ("crash", "e2e")
+PROCESS_FOLDERS = ("crash", "e2e", "browser")
 PROCESS_FILES = ("test_code_quality.py", "test_embedded.py", "test_nats_servers.py")
 PROCESS_FIXTURES = frozenset({"cluster"})
 SERVICE_FIXTURES = frozenset({"database_url", "nats_url"})

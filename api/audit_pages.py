@@ -1,0 +1,216 @@
+"""The audit pages: a task's history as a server-rendered timeline, for a person with a browser.
+
+``/audit/`` searches by task id; ``/audit/tasks/{id}`` shows the task's events (version, time,
+actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
+plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
+Everything is read from the log (``store.audit_trail``, ``TaskApplication.task_at``) and the
+delivery record (``store.deliveries``) at request time; the templates (``api/templates/audit/``)
+escape every value. The pages are tenant-scoped like the A2A methods (``caller_tenant``): with
+API keys a browser signs in with HTTP Basic, the key as the password (ADR 0028). Every answer
+carries a Content-Security-Policy that allows no script at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+from uuid import UUID
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from litestar import Request, Router, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from litestar.params import FromPath
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Redirect, Template
+from litestar.template import TemplateConfig
+
+from api.authentication import BROWSER_PAGE, CALLER, Caller, caller_tenant
+from api.errors import A2AError
+from api.service import DEFAULT_TENANT
+from domain.task import Task
+from projections.task_wire import iso_millis, task_to_wire
+from store.application import TaskApplication
+from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
+from store.config import StoreConfig
+from store.deliveries import Attempt, Delivery, task_deliveries
+from store.errors import TaskNotFoundError
+from store.postgres import PostgresRunQueueRecorder
+
+AUDIT_PATH = "/audit"
+TEMPLATES = Path(__file__).parent / "templates"
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none';"
+        " frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+"""Headers of every audit page: no script runs, nothing is cached or framed."""
+
+PAGE_OPT = {BROWSER_PAGE: True}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Everything the page of one task shows, read in one go."""
+
+    task: Task
+    """The task as it is now."""
+    events: list[AuditEvent]
+    effects: list[Effect]
+    chosen: int
+    """The version whose state is shown."""
+    state: dict[str, Any]
+    """The wire ``Task`` after the event at ``chosen``."""
+    deliveries: list[tuple[Delivery, list[Attempt]]] | None
+    """``None``: the store keeps no delivery record (memory)."""
+
+
+class NotShownError(LookupError):
+    """A task (or a version of it) this caller cannot be shown; the message says which."""
+
+
+def template_config() -> TemplateConfig[JinjaTemplateEngine]:
+    """The gateway's templates: Jinja2 over ``api/templates``, every value escaped."""
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["when"] = iso_millis
+    environment.filters["as_json"] = _as_json
+    return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
+
+
+def audit_pages_router() -> Router:
+    """The audit pages under ``/audit``."""
+    return Router(path=AUDIT_PATH, route_handlers=[search_page, task_page], include_in_schema=False)
+
+
+@get("/", opt=PAGE_OPT, sync_to_thread=False)
+def search_page(request: Request[object, object, State]) -> Template | Redirect:
+    """The search form; with ``?task=ID``, the task's page."""
+    tenant = _tenant_query(request)
+    task = request.query_params.get("task")
+    if task is not None and task.strip():
+        target = f"{AUDIT_PATH}/tasks/{quote(task.strip(), safe='')}"
+        return Redirect(target + (f"?tenant={quote(tenant, safe='')}" if tenant else ""), status_code=303)
+    return _page(request, "audit/search.html", {})
+
+
+@get("/tasks/{task_id:str}", opt=PAGE_OPT)
+async def task_page(request: Request[object, object, State], task_id: FromPath[str]) -> Template:
+    """A task's timeline, with its state after the event at ``?version=N`` (default: the last)."""
+    try:
+        tenant = caller_tenant(request, _tenant_query(request))
+    except A2AError as error:
+        return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": error.message}, 400)
+    store: TaskApplication = request.app.state.store
+    try:
+        version = _version_query(request)
+        timeline = await asyncio.to_thread(read_timeline, store, task_id, tenant=tenant, version=version)
+    except NotShownError as error:
+        return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)
+    return _page(request, "audit/task.html", {"timeline": timeline, "tenant": tenant})
+
+
+def route_error(request: Request[Any, Any, State], error: HTTPException) -> Template:
+    """Litestar's refusals under ``/audit`` (no such page, method not allowed) as an HTML page."""
+    reason = f"{request.url.path} is no audit page ({error.detail})"
+    context = {"reason": reason, "heading": "No such page"}
+    return _page(request, "audit/not_found.html", context, error.status_code, headers=error.headers)
+
+
+def is_audit_path(path: str) -> bool:
+    """Whether ``path`` is under the audit pages."""
+    return path == AUDIT_PATH or path.startswith(AUDIT_PATH + "/")
+
+
+def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: int | None) -> Timeline:
+    """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``."""
+    try:
+        task_id = UUID(text)
+    except ValueError:
+        raise NotShownError(f"{text!r} is not a task id (a task id is a UUID)") from None
+    try:
+        task = store.get_visible(task_id, tenant=tenant)
+    except TaskNotFoundError as error:  # missing, another tenant's or expired: told apart only by expiry
+        raise NotShownError(str(error)) from None
+    events = list(store.history(task_id))
+    last = events[-1].originator_version
+    chosen = last if version is None else version
+    if not 1 <= chosen <= last:
+        raise NotShownError(f"task {task_id} has versions 1 to {last}, not {chosen}")
+    state = task if chosen == task.version else store.task_at(task_id, chosen)
+    return Timeline(
+        task=task,
+        events=audit_events(events),
+        effects=effects_of(events),
+        chosen=chosen,
+        state=task_to_wire(state),
+        deliveries=_deliveries(store, task_id),
+    )
+
+
+def _deliveries(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:
+    if not isinstance(store.config, StoreConfig):
+        return None
+    recorder = store.recorder
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    with recorder.datastore.get_connection() as conn:
+        return task_deliveries(conn, store.config.schema, task_id)
+
+
+def _version_query(request: Request[object, object, State]) -> int | None:
+    text = request.query_params.get("version")
+    if text is None or not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise NotShownError(f"version {text!r} is not a number: a version is 1 or more") from None
+
+
+def _tenant_query(request: Request[Any, Any, State]) -> str | None:
+    """The ``tenant`` a page names (open dev mode: any; with keys: only the key's own)."""
+    return request.query_params.get("tenant") or None
+
+
+def _page(
+    request: Request[Any, Any, State],
+    name: str,
+    context: dict[str, Any],
+    status: int = 200,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> Template:
+    caller = request.scope.get("state", {}).get(CALLER)
+    open_mode = isinstance(caller, Caller) and caller.tenant is None
+    named = _tenant_query(request)
+    common = {
+        "open_mode": open_mode,
+        "named_tenant": named or "",
+        "default_tenant": DEFAULT_TENANT,
+        "link_suffix": f"&tenant={quote(named, safe='')}" if named else "",
+    }
+    return Template(
+        template_name=name,
+        context={**common, **context},
+        status_code=status,
+        headers={**(headers or {}), **PAGE_HEADERS},
+    )
+
+
+def _as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
