@@ -72,8 +72,8 @@ class Authenticate(ASGIMiddleware):
         if self.keys is None:
             caller = OPEN
         else:
-            token = _bearer_token(scope) or (_basic_password(scope) if _is_browser_page(scope) else None)
-            key = self.keys.find(token or "")
+            presented = _bearer_token(scope) or (_basic_password(scope) if _is_browser_page(scope) else None)
+            key = self.keys.find(presented or "")
             if key is None:
                 self.refused += 1
                 log.debug("refused %s %s: no known API key", scope.get("method", ""), scope["path"])
@@ -84,11 +84,11 @@ class Authenticate(ASGIMiddleware):
                 return
             caller = Caller(tenant=key.tenant, key_id=key.key_id)
         scope.setdefault("state", {})[CALLER] = caller
-        token = CALLER_KEY_ID.set(caller.key_id)
+        key_id = CALLER_KEY_ID.set(caller.key_id)
         try:
             await next_app(scope, receive, send)
         finally:
-            CALLER_KEY_ID.reset(token)
+            CALLER_KEY_ID.reset(key_id)
 
 
 TenantOf = Callable[[str | None], str]

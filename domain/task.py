@@ -710,7 +710,9 @@ class Task(Aggregate):
         if not isinstance(config_id, str) or not config_id or not isinstance(url, str) or not url:
             raise InvalidCommandError("a push config needs a non-empty string id and url")
         self._trigger(
-            self.PushConfigSet, now, config=public_push_config(config) if self.is_terminal else config,
+            self.PushConfigSet,
+            now,
+            config=public_push_config(config) if self.is_terminal else config,
             key_id=key_id,
         )
 

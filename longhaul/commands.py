@@ -41,8 +41,8 @@ from projections.event_json import dumps, iso
 from projections.projector import lags, rebuild_all, run_projector
 from projections.task_state import task_state_json
 from store.application import TaskApplication
-from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
 from store.audit_trail import audit_events, effects_document, effects_of, events_document, replay
+from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
 from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import NoSuchVersionError, TaskNotFoundError

@@ -13,8 +13,11 @@ from uuid import UUID
 
 from domain.task import Task, public_push_config
 
+__all__ = ["ENVELOPE_FIELDS", "event_body", "iso", "json_ready", "public_push_config"]
+
 ENVELOPE_FIELDS = ("originator_id", "originator_version", "timestamp", "originator_topic")
 """Fields every stored event has; a message carries them as ``taskId``, ``version`` and ``time``."""
+
 
 def iso(value: datetime) -> str:
     """ISO 8601 in UTC with a ``Z``."""
