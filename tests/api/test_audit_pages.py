@@ -122,7 +122,7 @@ class TestTheTaskPage:
         ]  # fmt: skip
         assert "worker test-worker (epoch 2)" in response.text
         assert "client default" in response.text
-        assert "side effect revoke:alice recorded" in response.text
+        assert "effect revoke:alice recorded" in response.text
 
     async def test_every_value_from_the_log_is_escaped_and_no_script_may_run(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
