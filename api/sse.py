@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar.response import Stream
+from litestar.response.base import ASGIResponse
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import Receive, Send
 
 from api.errors import A2AError, InternalError, InvalidParamsError
 
@@ -107,12 +110,43 @@ def sse_response(frames: AsyncIterator[Frame], envelope: SseEnvelope, keepalive_
     A route of either binding opens the stream first (``api.streams``: refusals raise before
     any frame, as ordinary error answers) and returns this.
     """
-    return Stream(
+    response = SseStream if isinstance(frames, PrimedFrames) else Stream
+    return response(
         sse_body(frames, envelope, keepalive_s=keepalive_s),
         media_type=MEDIA_TYPE,
         headers=HEADERS,
         status_code=200,  # Litestar answers a POST with 201 unless told
     )
+
+
+class SseStream(Stream):
+    """The response of a stream with a primed first frame: that frame follows the headers at once.
+
+    Litestar's streaming response starts a task group (the body in one task, the disconnect
+    listener in another) after the headers, so the first chunk waits for the loop to run the
+    new task. Here the first chunk, ready by construction, is sent by the task that sent the
+    headers; the rest is streamed as Litestar does.
+    """
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
+        """Litestar's streaming response, sending its first chunk before it starts the task group."""
+        response = super().to_asgi_response(*args, **kwargs)
+        assert isinstance(response, ASGIStreamingResponse)
+        response.__class__ = _FirstChunkAtOnce
+        return response
+
+
+class _FirstChunkAtOnce(ASGIStreamingResponse):
+    __slots__ = ()  # the layout of ASGIStreamingResponse, so that an instance can become one
+
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        first = await anext(aiter(self.iterator), None)
+        if first is None:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        body = first if isinstance(first, bytes) else first.encode(self.encoding)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        await super().send_body(send, receive)
 
 
 def frame(data: JSON, *, event_id: int | None = None, event: str | None = None) -> bytes:

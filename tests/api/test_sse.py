@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
+from litestar import Litestar, get
+from litestar.response import Stream
 
 from api.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from api.sse import (
@@ -19,6 +22,7 @@ from api.sse import (
     last_event_id,
     read_events,
     sse_body,
+    sse_response,
 )
 from api.streams import ENDS_SEND_STREAM, ENDS_SUBSCRIPTION, ends_stream
 
@@ -160,3 +164,61 @@ async def test_primed_frames_iterate_as_first_then_rest() -> None:
 
     assert [f async for f in frames] == [(1, {"a": 1}), (2, {"b": 2})]
     assert await _body(PrimedFrames((3, {"c": 3}), _frames()), BARE) == b'id: 3\ndata: {"c":3}\n\n'
+
+
+async def test_a_primed_stream_sends_its_first_frame_right_after_the_headers() -> None:
+    """Over ASGI: the headers, then the snapshot frame, before the rest of the stream is asked."""
+    sent: list[dict[str, Any]] = []
+    rest_started_after: list[int] = []
+
+    async def rest() -> AsyncGenerator[Frame, None]:
+        rest_started_after.append(len(sent))
+        await asyncio.sleep(3600)
+        yield 2, {"b": 2}
+
+    @get("/stream")
+    async def stream() -> Stream:
+        return sse_response(PrimedFrames((1, {"task": {}}), rest()), BARE, keepalive_s=60.0)
+
+    app = Litestar([stream])
+    two = asyncio.Event()
+
+    receive_called_after: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        receive_called_after.append(len(sent))
+        await asyncio.sleep(3600)  # the request has no body to read; the client stays
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+        if len(sent) == 2:
+            two.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/stream",
+        "raw_path": b"/stream",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    serving = asyncio.ensure_future(app(scope, receive, send))  # type: ignore[arg-type]
+    await asyncio.wait_for(two.wait(), 5)
+    await asyncio.sleep(0.05)  # the rest of the stream starts now, waiting for its next frame
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+
+    assert [m["type"] for m in sent[:2]] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 200
+    assert sent[1]["body"] == b'id: 1\ndata: {"task":{}}\n\n'
+    assert rest_started_after == [2]  # the first frame did not wait for the rest
+    # ... nor for the task group Litestar starts for the body and the disconnect listener.
+    assert receive_called_after == [2]
