@@ -10,6 +10,7 @@ the artifact. Another tenant's key, and no key, see nothing of it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page
 from playwright.sync_api import Error as PlaywrightError
 
+from api.api_keys import key_id_of
 from domain.task import Task
 from projections.task_wire import task_to_wire
 from store.application import TaskApplication
@@ -149,7 +151,7 @@ def test_the_page_of_a_paused_and_crashed_task_shows_its_whole_history(
     actors = page.locator("#timeline td.actor").all_inner_texts()
     assert f"worker {review.workers[0]} (epoch 1)" in actors
     assert f"worker {review.workers[1]} (epoch 2)" in actors
-    assert actors[0] == "client acme"
+    assert actors[0] == f"client acme (key {key_id_of(hashlib.sha256(ACME_KEY.encode()).digest())})"
     assert "InputRequested" in page.locator("#timeline td.type").all_inner_texts()
 
     # What the client wrote is shown as text, and no script of it ran.
