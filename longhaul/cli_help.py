@@ -165,9 +165,11 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "Write every expired task's events (all versions, as stored) to one gzip JSON-lines file in"
             " DIR and print its path; read the file back and verify it (checksum, counts, each task's"
             " versions complete and in order); only then purge those tasks from the store: events,"
-            " snapshots, run-queue row, current-task view row and webhook deliveries, one transaction"
-            " per task. A run stopped early purges nothing unverified; run it again. Finds the"
-            " database as `history` does. Format: docs/operations.md, Archive."
+            " their chain hashes, snapshots, run-queue row, current-task view row and webhook"
+            " deliveries, one transaction per task. A run stopped early purges nothing unverified;"
+            " run it again. Finds the database as `history` does. Each event goes with its chain"
+            " hash (`longhaul verify --archive FILE` checks them). Format: docs/audit.md, The archive"
+            " format."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),

@@ -73,9 +73,10 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         ).format(schema=schema, table=table)
         self.chain_table = CHAIN_TABLE
         chain = Identifier(self.chain_table)
-        self._insert_links = SQL("INSERT INTO {}.{} (task_id, version, hash) VALUES (%s, %s, %s)").format(
-            schema, chain
-        )
+        self._insert_links = SQL(
+            "INSERT INTO {}.{} (task_id, version, hash)"
+            " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[])"
+        ).format(schema, chain)
         self._select_links = SQL(
             "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
             " ON c.task_id = k.id AND c.version = k.version"
@@ -100,9 +101,13 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     ) -> None:
         super()._insert_stored_events(curs, stored_events, **kwargs)
         links: list[Link] = kwargs["chain_links"]
-        if links:  # its own cursor: the events' cursor still holds their notification ids
+        if links:  # one statement; its own cursor: the events' cursor still holds their ids
             with curs.connection.cursor() as chain:
-                chain.executemany(self._insert_links, links)
+                chain.execute(
+                    self._insert_links,
+                    ([t for t, _, _ in links], [v for _, v, _ in links], [h for _, _, h in links]),
+                    prepare=True,
+                )
 
     def _insert_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
