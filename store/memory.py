@@ -23,6 +23,7 @@ from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, P
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.run_queue import RunQueueRow, StoredHistory
+from store.task_keys import KeyChanges, MemoryTaskKeys
 
 
 class MemoryRunQueueRecorder(POPOApplicationRecorder):
@@ -33,6 +34,8 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         self._rows: dict[UUID, RunQueueRow] = {}
         self._append_callbacks: set[Callable[[], None]] = set()
         self._callbacks_lock = threading.Lock()
+        self.task_keys = MemoryTaskKeys(self._database_lock)
+        """The tasks' secret keys (``store.task_keys``), changed with the appends that need it."""
         self.snapshots: POPOAggregateRecorder | None = None
         """The snapshot recorder of the same application (set by ``MemoryFactory``)."""
 
@@ -40,7 +43,10 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         # Called under the database lock, after the version check passed: the rows are written
         # exactly when the events are.
         rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
+        keys = KeyChanges.of(kwargs)
+        self.task_keys.check(keys)
         notification_ids = super()._update_table(stored_events, **kwargs)
+        self.task_keys.write(keys)
         for row in rows:
             current = self._rows.get(row.task_id)
             if current is None or current.version < row.version:

@@ -37,7 +37,7 @@ async def answered(kit: SkillKit, **params: Any) -> UUID:
     """A task that asked for the key and got it (and has not run since)."""
     task_id = start(kit, **params)
     task = await kit.run(task_id)
-    assert task.state == TaskState.INPUT_REQUIRED
+    assert task.state == TaskState.AUTH_REQUIRED
     kit.answer(task_id, data={"api_key": API_KEY})
     return task_id
 
@@ -51,7 +51,7 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit)
 
     task = await kit.run(task_id)
 
-    assert task.state == TaskState.INPUT_REQUIRED
+    assert task.state == TaskState.AUTH_REQUIRED
     assert isinstance(task.pause, Pause)
     assert message_text(task.status_message) == QUESTION
 
@@ -69,7 +69,7 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit)
     ]
     assert all(e.artifact["artifactId"] == "report" for e in emitted)
     # the question, 5 chunks (each with its count and a progress message), the end
-    assert kit.commits(task_id) == [["InputRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
+    assert kit.commits(task_id) == [["AuthRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
     progress = [message_text(e.message) for e in kit.events(task_id, Task.ProgressReported)]
     assert progress == [f"Wrote chunk {n} of 5 of the report." for n in range(1, 6)]
     report = artifact_text(task, "report")

@@ -1,0 +1,134 @@
+"""Secret parts of client messages: which parts are secret, how they are sealed, shown and read.
+
+A part is secret when a client marks it (its ``metadata`` holds the key ``SECRET_EXTENSION``,
+the URI of longhaul's secret-parts extension on the agent card; ``true`` by convention), and
+every part of an answer to a task in ``TASK_STATE_AUTH_REQUIRED`` is (credentials). The gateway
+seals each secret part before the event that carries it is stored: the whole part, as JSON, is
+encrypted with the task's key (``store.task_keys``), and the stored part is::
+
+    {"data": {"redacted": true},
+     "metadata": {"urn:longhaul:a2a:secret:v1": {"alg": "A256GCM", "kid": "...", "version": 5,
+                                                 "nonce": "...", "ciphertext": "..."}}}
+
+Everything that shows a message outside the worker (``GetTask``, streams, webhooks, NATS,
+``longhaul history``) shows ``REDACTED_PART`` instead (``redact_message``). Only the worker
+opens sealed parts (``reveal_message``), for the step that runs, while the task's key exists.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+from uuid import UUID
+
+from store.task_keys import SecretUnreadableError, TaskKey, seal, unseal
+
+JSON = dict[str, Any]
+
+SECRET_EXTENSION = "urn:longhaul:a2a:secret:v1"  # noqa: S105 - a URI, not a password
+"""The part ``metadata`` key that marks a part secret, and the URI of the extension (docs/api.md)."""
+
+REDACTED_PART: JSON = {"data": {"redacted": True}, "metadata": {SECRET_EXTENSION: {"redacted": True}}}
+"""How a secret part shows wherever a message is shown."""
+
+
+def _secret_member(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return None
+    metadata = part.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    return metadata.get(SECRET_EXTENSION)
+
+
+def is_secret(part: Any) -> bool:
+    """Whether ``part`` is marked secret (in clear, as a client sends it) or sealed."""
+    return (
+        isinstance(part, dict)
+        and isinstance(part.get("metadata"), dict)
+        and SECRET_EXTENSION in part["metadata"]
+    )
+
+
+def is_sealed(part: Any) -> bool:
+    """Whether ``part`` is a sealed secret (as the log stores it)."""
+    member = _secret_member(part)
+    return isinstance(member, dict) and "ciphertext" in member
+
+
+def _parts(message: Any) -> list[Any]:
+    parts = message.get("parts") if isinstance(message, dict) else None
+    return parts if isinstance(parts, list) else []
+
+
+def needs_sealing(message: JSON, *, all_parts: bool = False) -> bool:
+    """Whether ``message`` (as a client sent it) has a part to seal."""
+    parts = _parts(message)
+    return bool(parts) if all_parts else any(is_secret(p) for p in parts)
+
+
+def seal_message(message: JSON, key: TaskKey, *, version: int, all_parts: bool = False) -> JSON:
+    """``message`` with each secret part (every part, with ``all_parts``) sealed under ``key``.
+
+    ``version`` is the version of the event that will carry the message: with the task id and
+    the part's index it is the ciphertext's associated data.
+    """
+    sealed = dict(message)
+    sealed["parts"] = [
+        _sealed_part(part, key, version=version, index=index) if all_parts or is_secret(part) else part
+        for index, part in enumerate(_parts(message))
+    ]
+    return sealed
+
+
+def _sealed_part(part: Any, key: TaskKey, *, version: int, index: int) -> JSON:
+    plaintext = json.dumps(part, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
+    envelope = seal(key, plaintext, version=version, index=index)
+    return {"data": {"redacted": True}, "metadata": {SECRET_EXTENSION: envelope}}
+
+
+def redact_message(message: JSON, *, all_parts: bool = False) -> JSON:
+    """``message`` as it is shown: each secret part (every part, with ``all_parts``) is ``REDACTED_PART``.
+
+    Returns ``message`` itself when it has no secret part (the common case costs no copy).
+    """
+    parts = _parts(message)
+    if not any(all_parts or is_secret(p) for p in parts):
+        return message
+    shown = dict(message)
+    shown["parts"] = [copy.deepcopy(REDACTED_PART) if all_parts or is_secret(p) else p for p in parts]
+    return shown
+
+
+def holds_sealed(message: Any) -> bool:
+    """Whether a stored message holds a sealed part."""
+    return any(is_sealed(p) for p in _parts(message))
+
+
+def reveal_message(message: JSON, key: TaskKey | None, *, task_id: UUID) -> JSON:
+    """``message`` with its sealed parts opened: the parts exactly as the client sent them.
+
+    Raises:
+        SecretUnreadableError: The task's key is gone, or a sealed part was altered.
+    """
+    if not holds_sealed(message):
+        return message
+    revealed = dict(message)
+    opened = []
+    for index, part in enumerate(_parts(message)):
+        if is_sealed(part):
+            plaintext = unseal(key, _secret_member(part), task_id=task_id, index=index)
+            try:
+                opened.append(json.loads(plaintext))
+            except ValueError:  # pragma: no cover - AES-GCM authenticated what we sealed
+                raise SecretUnreadableError(f"task {task_id}: a sealed part is not JSON") from None
+        else:
+            opened.append(part)
+    revealed["parts"] = opened
+    return revealed
+
+
+def public_message(message: Any) -> Any:
+    """``redact_message`` for any value that may be a message (event bodies): others unchanged."""
+    return redact_message(message) if isinstance(message, dict) else message
