@@ -130,8 +130,8 @@ def secret_parts_extension() -> JSON:
             "secret, and so is every part of an answer to a task in TASK_STATE_AUTH_REQUIRED. "
             "longhaul stores them encrypted under a key for the task, held outside the event log; "
             "only the task's running step reads them. Everywhere a message is shown (GetTask, "
-            "streams, push notifications) such a part is {\"data\": {\"redacted\": true}, "
-            "\"metadata\": {\"<this URI>\": {\"redacted\": true}}}. The key is destroyed when the "
+            'streams, push notifications) such a part is {"data": {"redacted": true}, '
+            '"metadata": {"<this URI>": {"redacted": true}}}. The key is destroyed when the '
             "task ends, or when its tenant is erased."
         ),
         "required": False,

@@ -16,6 +16,7 @@ import pytest
 from domain.states import TaskState
 from domain.task import Pause, Task
 from longhaul.testing import SkillKit, artifact_text, message_text
+from store.task_keys import SecretUnreadableError
 from workers.skills.research import QUESTION, RESEARCH, mask
 
 API_KEY = "sk-live-0123456789abcdef"
@@ -161,3 +162,42 @@ async def test_bad_parameters_are_rejected(kit: SkillKit, params: dict[str, Any]
 def test_mask_keeps_only_the_tail_of_long_keys() -> None:
     assert mask(API_KEY) == "****cdef"
     assert mask("short") == "****"
+
+
+async def test_the_key_is_sealed_in_the_log_read_by_the_step_and_unreadable_after_the_end(
+    kit: SkillKit,
+) -> None:
+    task_id = await answered(kit, chunks=2)
+    assert API_KEY not in stored(kit, task_id)
+    assert kit.app.task_keys.get(task_id) is not None  # the key lives while the task does
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    assert f"`{mask(API_KEY)}`" in artifact_text(task, "report")  # the step read the key ...
+    assert API_KEY not in stored(kit, task_id)  # ... and nothing of it is stored in clear
+    assert kit.app.task_keys.get(task_id) is None  # the task ended: its key is gone
+    with pytest.raises(SecretUnreadableError):
+        kit.app.reveal(task, task.latest_input)
+
+
+async def test_a_task_whose_key_was_erased_fails_clearly_when_its_step_needs_it(kit: SkillKit) -> None:
+    task_id = await answered(kit)
+
+    assert kit.app.erase_tenant("default") == 1
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.FAILED
+    reason = message_text(task.status_message)
+    assert reason is not None
+    assert reason.startswith("step 1 cannot run: task ")
+    assert "longhaul erase" in reason
+    assert chunks(kit, task_id) == []
+    assert kit.step_errors(task_id) == []  # failed at once: no attempt of the step was made
+
+
+def stored(kit: SkillKit, task_id: UUID) -> str:
+    """The task's stored events and snapshots, as the recorder holds them."""
+    events = kit.app.recorder.select_events(task_id)
+    snapshots = kit.app.snapshots.recorder.select_events(task_id) if kit.app.snapshots else []
+    return "".join(e.state.decode() for e in [*events, *snapshots])
