@@ -102,22 +102,24 @@ def rows_in_clear(rows: dict[str, list[tuple[Any, ...]]]) -> list[str]:
     return found
 
 
-def test_the_research_key_is_read_by_the_step_and_appears_nowhere_in_clear(
-    cluster: Cluster, store: TaskApplication, settings: Settings, receiver: Receiver, tmp_path: Path
-) -> None:
+def start_service(cluster: Cluster) -> str:
+    """Relay, dispatcher, projector, worker and gateway; returns the gateway's URL."""
     relay = cluster.start(["relay"])
     wait_until(lambda: "relay is the leader" in relay.log(), STARTUP_TIMEOUT, "the relay to lead")
     dispatcher = cluster.start(["dispatcher"])
     wait_until(lambda: "following stream" in dispatcher.log(), STARTUP_TIMEOUT, "the dispatcher")
     cluster.start(["projector"])
     cluster.worker()
-    url = cluster.gateway()
+    return cluster.gateway()
+
+
+def research_over_sse(url: str, hook: str) -> tuple[list[SseEvent], list[SseEvent]]:
+    """A research task started over SSE with an inline push config, then answered with the key."""
     first = {**user_message({"chunks": CHUNKS}, text="tides"), "metadata": {"skill": "research"}}
-    push = {"url": receiver.url()}
 
     async def scenario() -> tuple[list[SseEvent], list[SseEvent]]:
         async with httpx.AsyncClient(base_url=url, headers=A2A_HEADERS, timeout=30) as client:
-            params = {"message": first, "configuration": {"taskPushNotificationConfig": push}}
+            params = {"message": first, "configuration": {"taskPushNotificationConfig": {"url": hook}}}
             async with open_stream(client, "SendStreamingMessage", params) as stream:
                 asked = await stream.rest(timeout=30)
             task = asked[0].data["result"]["task"]
@@ -130,20 +132,11 @@ def test_the_research_key_is_read_by_the_step_and_appears_nowhere_in_clear(
                 report = await stream.rest(timeout=30)
         return asked, report
 
-    asked, report = asyncio.run(scenario())
+    return asyncio.run(scenario())
 
-    assert state_of(results(asked)[-1]) == "TASK_STATE_AUTH_REQUIRED"
-    assert state_of(results(report)[-1]) == "TASK_STATE_COMPLETED", cluster.logs()
-    task_id = UUID(asked[0].data["result"]["task"]["id"])
-    frames = [json.dumps(e.data) for e in [*asked, *report]]
-    assert not [f for f in frames if clear(f)], "an SSE frame carries the key"
 
-    # The step read the key: the report names it masked, which only the clear key gives.
-    task = store.get(task_id)
-    chunks = [part["text"] for part in task.artifacts["report"]["parts"]]
-    assert f"`{mask(API_KEY)}`" in "".join(chunks)
-
-    # GetTask over both bindings: the answer shows as the redacted part.
+def check_get_task(url: str, task_id: UUID) -> None:
+    """GetTask over both bindings: no key; the answer shows as redacted parts."""
     got_rpc = httpx.post(
         f"{url}/a2a/jsonrpc",
         json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": str(task_id)}},
@@ -156,60 +149,89 @@ def test_the_research_key_is_read_by_the_step_and_appears_nowhere_in_clear(
         answer_parts = [m["parts"] for m in got["history"] if m.get("role") == "ROLE_USER"][-1]
         assert answer_parts == [REDACTED_PART, REDACTED_PART]  # every part of an auth answer
 
-    # Webhooks: every delivery up to the end, none with the key.
+
+def check_webhooks(receiver: Receiver) -> None:
+    """Every delivery up to the end, none with the key."""
+
     def completed_delivered() -> bool:
         states = [r.json.get("statusUpdate", {}).get("status", {}).get("state") for r in receiver.answered()]
         return "TASK_STATE_COMPLETED" in states
 
     wait_until(completed_delivered, 60, "the COMPLETED webhook")
-    assert receiver.answered()
     assert not [r for r in receiver.received if clear(r.body)]
 
-    # NATS: every message of the stream (the task's whole log), none with the key.
+
+def check_nats(settings: Settings, task_id: UUID, version: int) -> None:
+    """Every message of the stream (the task's whole log), none with the key."""
+    url = settings.nats_url or ""
     wait_until(
-        lambda: len(stream_messages(settings.nats_url or "", settings.nats_stream, ">")) >= task.version,
+        lambda: len(stream_messages(url, settings.nats_stream, ">")) >= version,
         30,
         "the relay to publish the whole task",
     )
-    messages = stream_messages(settings.nats_url or "", settings.nats_stream, ">")
-    assert {m["version"] for _, m in messages if m["taskId"] == str(task_id)} == set(
-        range(1, task.version + 1)
-    )
+    messages = stream_messages(url, settings.nats_stream, ">")
+    assert {m["version"] for _, m in messages if m["taskId"] == str(task_id)} == set(range(1, version + 1))
     assert not [m for _, m in messages if clear(json.dumps(m))]
-    received = [m for _, m in messages if m["type"] == "InputReceived"]
-    assert [p["metadata"][SECRET_EXTENSION] for p in received[0]["body"]["message"]["parts"]] == [
-        {"redacted": True},
-        {"redacted": True},
-    ]
+    (received,) = [m for _, m in messages if m["type"] == "InputReceived"]
+    shown = [p["metadata"][SECRET_EXTENSION] for p in received["body"]["message"]["parts"]]
+    assert shown == [{"redacted": True}, {"redacted": True}]
 
-    # Every table of the schema, once the projector and dispatcher caught up; the key row is gone.
-    wait_until(
-        lambda: bool(table_rows(settings.database_url or "", settings.database_schema)["longhaul_task_view"]),
-        30,
-        "the task view row",
-    )
-    cluster.stop_all()  # every trace is written; the shared database has few connections to spare
+
+def check_tables(settings: Settings) -> None:
+    """Every row of every table of the schema: the key row is gone, no key anywhere."""
     rows = table_rows(settings.database_url or "", settings.database_schema)
-    assert TABLES_WITH_TRACES <= set(rows), sorted(rows)
+    assert set(rows) >= TABLES_WITH_TRACES, sorted(rows)
     assert rows["longhaul_task_keys"] == []
     assert rows["longhaul_deliveries"]
     assert rows["longhaul_snapshots"], "the task passed 100 events: it has a snapshot (with its history)"
     assert rows_in_clear(rows) == []
 
-    # longhaul history, as text and as JSON.
+
+def check_history(cluster: Cluster, task_id: UUID) -> None:
+    """``longhaul history``, as text and as JSON."""
     for args in (["history", str(task_id)], ["history", str(task_id), "--json"]):
         printed = cluster.run(args)
         assert printed.returncode == 0, printed.stderr
         assert "InputReceived" in printed.stdout
         assert not clear(printed.stdout + printed.stderr)
 
-    # Retention ends the task's life in the log: expired, archived to a file, purged.
+
+def check_archive(cluster: Cluster, store: TaskApplication, task_id: UUID, folder: Path) -> None:
+    """Retention ends the task's life in the log: expired, archived to a file, purged."""
     cluster.sweeper(retention="PT1S")
     wait_until(lambda: store.get(task_id).expired, 30, "the task to expire")
-    archived = cluster.run(["archive", "--to", str(tmp_path / "archive")])
+    archived = cluster.run(["archive", "--to", str(folder)])
     assert archived.returncode == 0, archived.stderr
-    (path,) = (tmp_path / "archive").glob("*.jsonl.gz")
+    (path,) = folder.glob("*.jsonl.gz")
     content = gzip.decompress(path.read_bytes())
     assert str(task_id).encode() in content
     assert b"ciphertext" in content  # the sealed answer is archived as stored ...
     assert not clear(content)  # ... and its key is gone for good
+
+
+def test_the_research_key_is_read_by_the_step_and_appears_nowhere_in_clear(
+    cluster: Cluster, store: TaskApplication, settings: Settings, receiver: Receiver, tmp_path: Path
+) -> None:
+    url = start_service(cluster)
+
+    asked, report = research_over_sse(url, receiver.url())
+
+    assert state_of(results(asked)[-1]) == "TASK_STATE_AUTH_REQUIRED"
+    assert state_of(results(report)[-1]) == "TASK_STATE_COMPLETED", cluster.logs()
+    task_id = UUID(asked[0].data["result"]["task"]["id"])
+    assert not [e for e in [*asked, *report] if clear(json.dumps(e.data))], "an SSE frame carries the key"
+    # The step read the key: the report names it masked, which only the clear key gives.
+    task = store.get(task_id)
+    assert f"`{mask(API_KEY)}`" in "".join(part["text"] for part in task.artifacts["report"]["parts"])
+    check_get_task(url, task_id)
+    check_webhooks(receiver)
+    check_nats(settings, task_id, task.version)
+    wait_until(
+        lambda: bool(table_rows(settings.database_url or "", settings.database_schema)["longhaul_task_view"]),
+        30,
+        "the task view row",
+    )
+    cluster.stop_all()  # every trace is written; the shared database has few connections to spare
+    check_tables(settings)
+    check_history(cluster, task_id)
+    check_archive(cluster, store, task_id, tmp_path / "archive")

@@ -14,7 +14,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from domain.skill import Skill
+from domain.skill import Skill, StepContext, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
 from projections.event_json import dumps, event_message
@@ -26,7 +26,13 @@ from store.task_keys import SecretUnreadableError, TaskKey
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 API_KEY = "sk-live-key-that-must-never-show-0123"
-SKILL = Skill("research", 2, [lambda ctx: None])  # type: ignore[arg-type, return-value]
+
+
+async def _never_run(ctx: StepContext) -> StepOutcome:
+    raise AssertionError("no worker runs in these tests")
+
+
+SKILL = Skill("research", 2, [_never_run])
 
 
 def clock() -> datetime:
