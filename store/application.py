@@ -271,7 +271,10 @@ class TaskApplication(Application[UUID]):
         if push_config is not None:
             task.set_push_config(now=task.created_on, config=push_config)
         try:
-            self.save_tasks(task, new_keys=[key] if key is not None else [])
+            if key is not None:
+                self.save_tasks(task, new_keys=[key])
+            else:
+                self.save_tasks(task)
         except ConflictError:
             return self._resent(self.get(task_id), tenant=tenant, message=message)
         _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, tenant)
@@ -352,7 +355,7 @@ class TaskApplication(Application[UUID]):
         task = run_with_retries(
             receive,
             load=functools.partial(self.get_visible, task_id, tenant=tenant),
-            save=lambda task: self.save_tasks(task, new_keys=new_keys),
+            save=lambda task: self.save_tasks(task, new_keys=new_keys) if new_keys else self.save_tasks(task),
             clock=clock,
         )
         if resent:

@@ -62,9 +62,15 @@ def _parts(message: Any) -> list[Any]:
 
 
 def needs_sealing(message: JSON, *, all_parts: bool = False) -> bool:
-    """Whether ``message`` (as a client sent it) has a part to seal."""
+    """Whether ``message`` (as a client sent it) has a part to seal (checked on every submit and answer)."""
     parts = _parts(message)
-    return bool(parts) if all_parts else any(is_secret(p) for p in parts)
+    if all_parts:
+        return bool(parts)
+    for part in parts:
+        metadata = part.get("metadata") if type(part) is dict else None
+        if metadata is not None and type(metadata) is dict and SECRET_EXTENSION in metadata:
+            return True
+    return False
 
 
 def seal_message(message: JSON, key: TaskKey, *, version: int, all_parts: bool = False) -> JSON:
@@ -114,8 +120,17 @@ def _redacted_part() -> JSON:
 
 
 def holds_sealed(message: Any) -> bool:
-    """Whether a stored message holds a sealed part."""
-    return any(is_sealed(p) for p in _parts(message))
+    """Whether a stored message holds a sealed part (checked before every step: no call per part)."""
+    parts = message.get("parts") if type(message) is dict else None
+    if type(parts) is not list:
+        return False
+    for part in parts:
+        metadata = part.get("metadata") if type(part) is dict else None
+        if metadata is not None and type(metadata) is dict:
+            member = metadata.get(SECRET_EXTENSION)
+            if type(member) is dict and "ciphertext" in member:
+                return True
+    return False
 
 
 def reveal_message(message: JSON, key: TaskKey | None, *, task_id: UUID) -> JSON:

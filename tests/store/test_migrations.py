@@ -34,7 +34,9 @@ VIEW_TABLES = {
 """Added by 0003 and 0005, after versioned migrations began: a schema of version 0 never had them."""
 DELIVERY_TABLES = {"longhaul_deliveries", "longhaul_delivery_attempts"}
 """Added by 0004 (the webhook delivery record)."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES
+KEY_TABLES = {"longhaul_task_keys"}
+"""Added by 0007 (each task's secret key, outside the log)."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | KEY_TABLES
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
