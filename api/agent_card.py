@@ -6,7 +6,8 @@ ETag and Last-Modified are fixed for the life of the process and clients can rev
 longhaul's durability policy is a declared A2A extension in ``capabilities.extensions`` (URI
 ``DURABILITY_EXTENSION``, ``required: false``): what a caller may rely on about retention, restarts,
 pauses, resends and stream resumption, with the figures this deployment runs with. No request
-needs to activate it; it describes, it changes nothing on the wire.
+needs to activate it; it describes, it changes nothing on the wire. A second extension
+(``SECRET_EXTENSION``) declares the part metadata key that marks a part secret.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from domain.skill import Skill, SkillRegistry
+from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
 
 JSON = dict[str, Any]
 
@@ -99,7 +101,7 @@ def build_agent_card(
             "streaming": policy.streaming,
             "pushNotifications": True,
             "extendedAgentCard": False,
-            "extensions": [durability_extension(registry, policy)],
+            "extensions": [durability_extension(registry, policy), secret_parts_extension()],
         },
         "defaultInputModes": list(MEDIA_MODES),
         "defaultOutputModes": list(MEDIA_MODES),
@@ -117,6 +119,24 @@ def build_agent_card(
         }
         card["securityRequirements"] = [{"schemes": {BEARER_SCHEME: {"list": []}}}]
     return card
+
+
+def secret_parts_extension() -> JSON:
+    """The ``AgentExtension`` that declares how a client marks a part secret (docs/api.md, Secrets)."""
+    return {
+        "uri": SECRET_EXTENSION,
+        "description": (
+            "Secret parts: a message part whose metadata holds this URI (as a key, value true) is a "
+            "secret, and so is every part of an answer to a task in TASK_STATE_AUTH_REQUIRED. "
+            "longhaul stores them encrypted under a key for the task, held outside the event log; "
+            "only the task's running step reads them. Everywhere a message is shown (GetTask, "
+            'streams, push notifications) such a part is {"data": {"redacted": true}, '
+            '"metadata": {"<this URI>": {"redacted": true}}}. The key is destroyed when the '
+            "task ends, or when its tenant is erased."
+        ),
+        "required": False,
+        "params": {"marker": "part metadata key", "redactedPart": REDACTED_PART},
+    }
 
 
 def durability_extension(registry: SkillRegistry, policy: DurabilityPolicy) -> JSON:

@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION", help="new")
     new_key = key_actions.add_parser("new", help="mint a key; print it and the line for the key file")
     new_key.add_argument("tenant", metavar="TENANT", help="the tenant the key authenticates as")
+    erase = sub.add_parser(
+        "erase", help="destroy the secret keys of a tenant's tasks: their secrets become unreadable"
+    )
+    erase.add_argument("--tenant", required=True, metavar="TENANT", help="the tenant whose keys go")
     cli_help.describe_main(parser)
     for name, command in sub.choices.items():
         cli_help.describe(name, command)
@@ -196,6 +200,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "skills": lambda _, settings: commands.skills(settings),
     "migrate": lambda _, settings: commands.migrate(settings),
     "keys": lambda args, _: commands.keys_new(args.tenant),
+    "erase": lambda args, settings: commands.erase(settings, args.tenant),
 }
 """The commands that do one thing and exit with its status."""
 

@@ -220,6 +220,17 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("api_key_file", "api_keys"),
     ),
+    "erase": (
+        (
+            "Destroy the secret keys of every task of TENANT (--tenant) and print how many: the secrets"
+            " its clients sent (answers to TASK_STATE_AUTH_REQUIRED, parts marked secret), stored sealed"
+            " in the log, become unreadable everywhere, archives and backups included. The events stay,"
+            " ciphertext and all, so `longhaul verify` still passes. A live task whose next step needs"
+            " a destroyed secret fails, saying so. Finds the database as `history` does. See"
+            " docs/operations.md, Secrets and erasure."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
 }
 """Per command: its description (paragraphs split by newlines), then the settings it reads most."""
 

@@ -847,6 +847,18 @@ def keys_new(tenant: str) -> int:
     return 0
 
 
+def erase(settings: Settings, tenant: str) -> int:
+    """Destroy the secret keys of every task of ``tenant``: their sealed parts become unreadable.
+
+    The events stay (the ciphertext with them, so every chain still verifies); a live task whose
+    next step needs a destroyed secret fails, saying so.
+    """
+    with _store_for_reading(settings, "erase") as store:
+        erased = store.erase_tenant(tenant)
+    print(f"erased the keys of {erased} tasks of tenant {tenant}: their secrets can no longer be read")
+    return 0
+
+
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
 

@@ -1,7 +1,8 @@
 """The domain ``Task`` as an A2A 1.0 wire ``Task`` (JSON); the gateway's answers and webhooks use it.
 
 Every field comes from the aggregate, which is rebuilt from the task's events only, so what a
-client sees is always a state the log holds.
+client sees is always a state the log holds. A client's secret parts show redacted
+(``store.secret_parts``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from domain.task import Task
+from store.secret_parts import redact_message
 
 JSON = dict[str, Any]
 
@@ -41,7 +43,8 @@ def task_to_wire(task: Task, *, history_length: int | None = None) -> JSON:
         history = history[max(0, len(history) - history_length) :]
     if history:
         wire["history"] = [
-            addressed(message, task.id, task.context_id, default_role="ROLE_USER") for message in history
+            addressed(redact_message(message), task.id, task.context_id, default_role="ROLE_USER")
+            for message in history
         ]
     wire["metadata"] = {"skill": task.skill, "skillVersion": task.skill_version}
     return wire

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
@@ -55,6 +56,8 @@ from store.postgres import PostgresRunQueueRecorder
 from store.retention import RetentionPolicy, span
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueue, RunQueueRow
+from store.secret_parts import holds_sealed, needs_sealing, redact_message, reveal_message, seal_message
+from store.task_keys import TaskKey, TaskKeys
 from store.transcodings import register_domain_transcodings
 
 log = logging.getLogger(__name__)
@@ -112,6 +115,13 @@ class TaskApplication(Application[UUID]):
         assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
         return recorder
 
+    @property
+    def task_keys(self) -> TaskKeys:
+        """The tasks' secret keys, outside the log (``store.task_keys``)."""
+        recorder = self.recorder
+        assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
+        return recorder.task_keys
+
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""
         try:
@@ -154,15 +164,20 @@ class TaskApplication(Application[UUID]):
                 tasks[task_id] = task
         return tasks
 
-    def save_tasks(self, *tasks: Task) -> list[int]:
+    def save_tasks(self, *tasks: Task, new_keys: Sequence[TaskKey] = ()) -> list[int]:
         """Append every pending event of ``tasks`` in one transaction; returns log positions.
 
-        Raises ``ConflictError`` if another writer appended to any of them first; then nothing
-        was written.
+        ``new_keys`` are the keys of tasks whose first secrets these events carry, inserted in
+        the same transaction; the keys of tasks that end here are destroyed in it.
+
+        Raises ``ConflictError`` if another writer appended to any of them first (or gave one of
+        them a key first); then nothing was written.
         """
         rows = [RunQueueRow.of(t) for t in tasks if t.pending_events]
         try:
-            recordings = self.save(*tasks, run_queue=rows)
+            recordings = self.save(
+                *tasks, run_queue=rows, task_keys=new_keys, task_keys_destroyed=_keys_to_destroy(tasks)
+            )
         except RecordConflictError as error:
             raise ConflictError(str(error)) from error
         return [r.notification.id for r in recordings]
@@ -176,7 +191,11 @@ class TaskApplication(Application[UUID]):
         """
         batch = [(t, list(t.pending_events), RunQueueRow.of(t)) for t in tasks if t.pending_events]
         try:
-            self.save(*tasks, run_queue=[row for _, _, row in batch])
+            self.save(
+                *tasks,
+                run_queue=[row for _, _, row in batch],
+                task_keys_destroyed=_keys_to_destroy([t for t, _, _ in batch]),
+            )
         except Exception as error:  # noqa: BLE001 - split the group up to find who failed
             log.debug("group of %d failed (%r); saving each alone", len(batch), error)
         else:
@@ -184,13 +203,35 @@ class TaskApplication(Application[UUID]):
         outcome: dict[int, Exception | None] = {}
         for task, events, row in batch:
             try:
-                self.save(*events, run_queue=[row])
+                self.save(*events, run_queue=[row], task_keys_destroyed=_keys_to_destroy([task]))
                 outcome[id(task)] = None
             except RecordConflictError as error:
                 outcome[id(task)] = ConflictError(str(error))
             except Exception as error:  # noqa: BLE001 - reported to that task's caller
                 outcome[id(task)] = error
         return [outcome.get(id(t)) for t in tasks]
+
+    def reveal(self, task: Task, message: JSON) -> JSON:
+        """``message`` of ``task`` with its sealed parts opened (for the running step only).
+
+        Reads the task's key only when the message holds a sealed part.
+
+        Raises:
+            SecretUnreadableError: The task's key was destroyed, or a sealed part was altered.
+        """
+        if not holds_sealed(message):
+            return message
+        return reveal_message(message, self.task_keys.get(task.id), task_id=task.id)
+
+    def erase_tenant(self, tenant: str) -> int:
+        """Destroy the keys of every task of ``tenant`` (``longhaul erase``); returns how many.
+
+        Their sealed parts stay in the log as ciphertext nobody can read; a live task whose
+        step needs one fails (``SecretUnreadableError``, see the step runner).
+        """
+        erased = self.task_keys.erase_tenant(tenant)
+        log.info("erased the keys of %d tasks of tenant %s", erased, tenant)
+        return erased
 
     def history(self, task_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
         """Every event of a task, oldest first."""
@@ -236,6 +277,8 @@ class TaskApplication(Application[UUID]):
         """
         task_id = task_id_for(tenant, message["messageId"])
         context_id = message.get("contextId") or str(uuid4())
+        first = {**message, "taskId": str(task_id), "contextId": context_id}
+        key = TaskKey.new(task_id, tenant) if needs_sealing(first) else None
         task = Task.submit(
             task_id=task_id,
             now=clock(),
@@ -243,14 +286,17 @@ class TaskApplication(Application[UUID]):
             context_id=context_id,
             skill=skill.name,
             skill_version=skill.version,
-            message={**message, "taskId": str(task_id), "contextId": context_id},
+            message=seal_message(first, key, version=1) if key is not None else first,
             params=params_of(message),
             key_id=key_id,
         )
         if push_config is not None:
             task.set_push_config(now=task.created_on, config=push_config, key_id=key_id)
         try:
-            self.save_tasks(task)
+            if key is not None:
+                self.save_tasks(task, new_keys=[key])
+            else:
+                self.save_tasks(task)
         except ConflictError:
             return self._resent(self.get(task_id), tenant=tenant, message=message)
         _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, tenant)
@@ -303,9 +349,11 @@ class TaskApplication(Application[UUID]):
             TaskTerminalError: The task ended (terminal tasks are immutable).
         """
         resent = False
+        new_keys: list[TaskKey] = []
 
         def receive(task: Task, now: datetime) -> None:
             nonlocal resent
+            new_keys.clear()
             context_id = message.get("contextId")
             if context_id is not None and context_id != task.context_id:
                 raise ContextMismatchError(
@@ -313,9 +361,18 @@ class TaskApplication(Application[UUID]):
                     f"({task.context_id!r})"
                 )
             answer = {**message, "taskId": str(task.id), "contextId": task.context_id}
-            resent = answer in task.history[1:]  # [0] is the first message: never an answer
+            resent = _received_before(answer, task.history[1:])  # [0] is the first message: never an answer
             if resent:
                 return
+            # Credentials: every part of an answer to TASK_STATE_AUTH_REQUIRED, and any part
+            # the client marked secret, is stored sealed under the task's key.
+            all_parts = task.state == TaskState.AUTH_REQUIRED
+            if needs_sealing(answer, all_parts=all_parts):
+                key = self.task_keys.get(task.id)  # read after the load: a key that won a race shows
+                if key is None:
+                    key = TaskKey.new(task.id, task.tenant)
+                    new_keys.append(key)
+                answer = seal_message(answer, key, version=task.version + 1, all_parts=all_parts)
             try:
                 task.receive_input(now=now, message=answer, key_id=key_id)
             except NotPausedError:
@@ -325,7 +382,12 @@ class TaskApplication(Application[UUID]):
             if push_config is not None:
                 _set_push_config(task, now, push_config, key_id)
 
-        task = self._run(receive, task_id, tenant=tenant, clock=clock)
+        task = run_with_retries(
+            receive,
+            load=functools.partial(self.get_visible, task_id, tenant=tenant),
+            save=lambda task: self.save_tasks(task, new_keys=new_keys) if new_keys else self.save_tasks(task),
+            clock=clock,
+        )
         if resent:
             _lifecycle(
                 task, "answer %r resent: it was received before; nothing appended", message["messageId"]
@@ -512,6 +574,32 @@ def _set_push_config(task: Task, now: datetime, config: JSON, key_id: str | None
     if config.get("id") not in task.push_configs and len(task.push_configs) >= MAX_PUSH_CONFIGS:
         raise TooManyPushConfigsError(task.id, MAX_PUSH_CONFIGS)
     task.set_push_config(now=now, config=config, key_id=key_id)
+
+
+def _received_before(answer: JSON, earlier: Sequence[JSON]) -> bool:
+    """Whether ``answer`` is one of the ``earlier`` messages: the same id, and the same content.
+
+    Secret parts are stored sealed (with a fresh nonce each time), so they are compared as they
+    are shown: redacted; an answer to an auth pause had every part sealed.
+    """
+    message_id = answer.get("messageId")
+    same_id = [m for m in earlier if m.get("messageId") == message_id]
+    if not same_id:
+        return False
+    shown = {dumps_key(redact_message(answer, all_parts=every)) for every in (False, True)}
+    return any(dumps_key(redact_message(m)) in shown for m in same_id)
+
+
+def dumps_key(message: JSON) -> str:
+    """A canonical text of ``message`` to compare two messages by."""
+    return json.dumps(message, sort_keys=True, default=str)
+
+
+def _keys_to_destroy(tasks: Sequence[Task]) -> list[UUID]:
+    """The tasks that end (or expire) in this append and hold sealed secrets: their keys go with it."""
+    return [
+        t.id for t in tasks if t.is_terminal and t.pending_events and any(holds_sealed(m) for m in t.history)
+    ]
 
 
 def _lifecycle(task: Task, text: str, *args: object, **fields: object) -> None:

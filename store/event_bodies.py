@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from domain.task import Task, public_push_config
+from store.secret_parts import public_message
 
 __all__ = ["ENVELOPE_FIELDS", "event_body", "iso", "json_ready", "public_push_config"]
 
@@ -28,11 +29,15 @@ def event_body(event: Any) -> dict[str, Any]:
     """The event's own fields (without the envelope); a push config without its secrets.
 
     ``PushConfigSet.config`` keeps a webhook's ``token`` and ``authentication.credentials`` in
-    the log for delivery; the public form (NATS, ``longhaul history``) leaves them out.
+    the log for delivery; the public form (NATS, ``longhaul history``) leaves them out. A
+    client's secret parts (sealed in ``Submitted.message`` and ``InputReceived.message``) show
+    as ``store.secret_parts.REDACTED_PART``.
     """
     body = {k: v for k, v in vars(event).items() if k not in ENVELOPE_FIELDS}
     if isinstance(event, Task.PushConfigSet):
         body["config"] = public_push_config(body["config"])
+    elif "message" in body:
+        body["message"] = public_message(body["message"])
     return body
 
 

@@ -25,6 +25,7 @@ from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, P
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.run_queue import RunQueueRow, StoredHistory
+from store.task_keys import KeyChanges, MemoryTaskKeys
 
 
 class MemoryRunQueueRecorder(POPOApplicationRecorder):
@@ -36,6 +37,8 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         self._chains: dict[UUID, dict[int, bytes]] = {}
         self._append_callbacks: set[Callable[[], None]] = set()
         self._callbacks_lock = threading.Lock()
+        self.task_keys = MemoryTaskKeys(self._database_lock)
+        """The tasks' secret keys (``store.task_keys``), changed with the appends that need it."""
         self.snapshots: POPOAggregateRecorder | None = None
         """The snapshot recorder of the same application (set by ``MemoryFactory``)."""
 
@@ -43,12 +46,15 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
         # Called under the database lock, after the version check passed: the rows are written
         # exactly when the events are.
         rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
+        keys = KeyChanges.of(kwargs)
+        self.task_keys.check(keys)
         notification_ids = super()._update_table(stored_events, **kwargs)
         for event in sorted(stored_events, key=lambda e: (str(e.originator_id), e.originator_version)):
             task_id, version = task_uuid(event.originator_id), event.originator_version
             chain = self._chains.setdefault(task_id, {})
             previous = GENESIS if version == 1 else chain[version - 1]
             chain[version] = chain_hash(task_id, version, event.topic, event.state, previous)
+        self.task_keys.write(keys)
         for row in rows:
             current = self._rows.get(row.task_id)
             if current is None or current.version < row.version:

@@ -10,6 +10,7 @@ from typing import Any
 from uuid import uuid4
 
 from domain.task import Task
+from store.secret_parts import is_secret
 
 JSON = dict[str, Any]
 
@@ -39,8 +40,12 @@ def user_message(text: str | None = None, data: JSON | None = None, *, message_i
 
 
 def params_of(message: JSON) -> JSON:
-    """Skill parameters of a first message: its first ``data`` part that is an object, else ``{}``."""
+    """Skill parameters of a first message: its first ``data`` part that is an object, else ``{}``.
+
+    A part marked secret is never a parameter (parameters are stored in clear): a step reads it
+    from ``latest_input`` instead.
+    """
     for part in message.get("parts", ()):
-        if isinstance(part, dict) and isinstance(part.get("data"), dict):
+        if isinstance(part, dict) and isinstance(part.get("data"), dict) and not is_secret(part):
             return dict(part["data"])
     return {}

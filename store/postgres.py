@@ -35,6 +35,7 @@ from psycopg.sql import SQL, Identifier
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.run_queue import RUN_QUEUE_TABLE, RunQueueRow, StoredHistory
+from store.task_keys import KeyChanges, PostgresTaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         # database are not woken by this one's appends.
         self.channel_name = f"{datastore.schema}.{self.channel_name}"[: self.MAX_IDENTIFIER_LEN]
         self.run_queue_table = RUN_QUEUE_TABLE
+        self.task_keys = PostgresTaskKeys(datastore)
+        """The tasks' secret keys (``store.task_keys``), written in the append transaction."""
         self.snapshots_table = events_table_name.removesuffix("_events") + "_snapshots"
         schema, table = Identifier(datastore.schema), Identifier(self.run_queue_table)
         self._upsert = SQL(
@@ -136,6 +139,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                     for r in rows
                 ],
             )
+        self.task_keys.write(curs, KeyChanges.of(kwargs))
         super()._insert_events(curs, stored_events, **kwargs)
 
     def _chain_links(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[Link]:

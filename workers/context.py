@@ -11,6 +11,7 @@ from typing import Any
 from domain.skill import JSON
 from domain.task import Task
 from store.messages import agent_message
+from store.secret_parts import holds_sealed
 from workers.lease import LeasedTask
 
 
@@ -22,6 +23,21 @@ class DrainRequestedError(BaseException):
     """
 
 
+async def reveal_input(lease: LeasedTask) -> JSON:
+    """The leased task's latest input with its sealed (secret) parts opened, for the next step.
+
+    The key is read (in a thread: a query) only when the input holds a sealed part.
+
+    Raises:
+        SecretUnreadableError: The task's key was destroyed (``longhaul erase``) or a sealed
+            part was altered: the step cannot be given what the client sent.
+    """
+    task = lease.task
+    if not holds_sealed(task.latest_input):
+        return task.latest_input
+    return await asyncio.to_thread(lease.store.reveal, task, task.latest_input)
+
+
 class DurableStepContext:
     """Implements ``domain.skill.StepContext`` on top of a held lease.
 
@@ -30,14 +46,25 @@ class DurableStepContext:
     renewal keeps the lease alive through long steps either way.
     """
 
-    def __init__(self, lease: LeasedTask, step: int, draining: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        lease: LeasedTask,
+        step: int,
+        draining: asyncio.Event | None = None,
+        *,
+        latest_input: JSON | None = None,
+    ) -> None:
         self._lease = lease
         self._step = step
         self._draining = draining or asyncio.Event()
         task = lease.task
         self._checkpoint: JSON = copy.deepcopy(task.checkpoint)
         self._params: JSON = copy.deepcopy(task.params)
-        self._latest_input: JSON = copy.deepcopy(task.latest_input)
+        # ``latest_input``: the task's latest input with its sealed parts opened (``reveal_input``);
+        # it lives in this object only and is never committed.
+        self._latest_input: JSON = copy.deepcopy(
+            latest_input if latest_input is not None else task.latest_input
+        )
 
     @property
     def task_id(self) -> str:
@@ -56,7 +83,7 @@ class DurableStepContext:
 
     @property
     def latest_input(self) -> JSON:
-        """The latest client message."""
+        """The latest client message, its secret parts in clear (as the client sent them)."""
         return self._latest_input
 
     async def once(self, key: str, fn: Callable[[str], Awaitable[Any]]) -> Any:

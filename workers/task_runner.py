@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from domain.errors import LeaseLostError
-from domain.skill import Continue, Fail, Skill, StepOutcome
+from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
 from store.outcomes import apply_outcome
 from store.retry import Command
-from workers.context import DrainRequestedError, DurableStepContext
+from store.task_keys import SecretUnreadableError
+from workers.context import DrainRequestedError, DurableStepContext, reveal_input
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
 
@@ -76,12 +77,18 @@ class TaskRunner:
                 await self.lease.commit(self._finish_without_outcome)
                 return
             try:
-                outcome = await self._timed(index)
+                latest_input = await reveal_input(self.lease)
+                outcome = await self._timed(index, latest_input)
                 # A commit that fails for another reason than the lease (an outcome the store
                 # cannot hold, the database gone) counts as a failed attempt of the step.
                 await self.lease.commit(self._apply(index, outcome))
             except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
                 raise
+            except SecretUnreadableError as error:
+                # Retrying cannot bring a destroyed key back: the task fails at once, saying why.
+                log.warning("task %s step %d: %s", task.id, index, error)
+                await self.lease.commit(self._apply(index, Fail(f"step {index} cannot run: {error}")))
+                return
             except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
                 attempts += 1
                 log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
@@ -96,14 +103,14 @@ class TaskRunner:
             if not isinstance(outcome, Continue):
                 return
 
-    async def _timed(self, index: int) -> StepOutcome:
+    async def _timed(self, index: int, latest_input: JSON) -> StepOutcome:
         """``_run_one``, its duration observed by outcome (``error`` when the step raised)."""
         if self.metrics is None:
-            return await self._run_one(index)
+            return await self._run_one(index, latest_input)
         started = time.monotonic()
         outcome_name = "error"
         try:
-            outcome = await self._run_one(index)
+            outcome = await self._run_one(index, latest_input)
             outcome_name = type(outcome).__name__
             return outcome
         except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
@@ -112,9 +119,9 @@ class TaskRunner:
         finally:
             self.metrics.step_ran(self.skill.name, outcome_name, time.monotonic() - started)
 
-    async def _run_one(self, index: int) -> StepOutcome:
-        """Run step ``index`` with lease renewal in the background."""
-        context = DurableStepContext(self.lease, index, self.draining)
+    async def _run_one(self, index: int, latest_input: JSON) -> StepOutcome:
+        """Run step ``index`` (``latest_input`` revealed) with lease renewal in the background."""
+        context = DurableStepContext(self.lease, index, self.draining, latest_input=latest_input)
         self.step_task = asyncio.ensure_future(self.skill.steps[index](context))
         renewer = asyncio.ensure_future(self._renew_while(self.step_task))
         try:

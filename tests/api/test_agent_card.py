@@ -9,6 +9,7 @@ import httpx
 from litestar import Litestar
 
 from api.agent_card import DURABILITY_EXTENSION
+from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
 from tests.api.support import PUBLIC_URL, http_client
 
 
@@ -31,7 +32,7 @@ async def test_card_declares_both_bindings_jsonrpc_first_and_capabilities(client
         "pushNotifications": True,
         "extendedAgentCard": False,
     }
-    assert [e["uri"] for e in capabilities["extensions"]] == [DURABILITY_EXTENSION]
+    assert [e["uri"] for e in capabilities["extensions"]] == [DURABILITY_EXTENSION, SECRET_EXTENSION]
     assert card["defaultInputModes"] == ["text/plain", "application/json"]
     assert card["defaultOutputModes"] == ["text/plain", "application/json"]
 
@@ -69,7 +70,7 @@ async def test_the_durability_extension_carries_the_figures_the_app_was_given(
     async with http_client(app) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
 
-    (extension,) = card["capabilities"]["extensions"]
+    extension, secrets = card["capabilities"]["extensions"]
     assert extension["uri"] == DURABILITY_EXTENSION
     assert extension["required"] is False
     params = extension["params"]
@@ -78,3 +79,6 @@ async def test_the_durability_extension_carries_the_figures_the_app_was_given(
     assert params["retentionOverridden"] is False
     assert params["streamResume"] is False  # no streams are served yet
     assert params["skillVersions"] == {"echo": [1, 2], "research": [1]}
+    assert secrets["uri"] == SECRET_EXTENSION
+    assert secrets["required"] is False
+    assert secrets["params"]["redactedPart"] == REDACTED_PART

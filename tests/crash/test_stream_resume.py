@@ -7,7 +7,7 @@ until a few chunks arrived, A is killed, and the client reconnects to B with Sub
 event of the log a client sees, each once; and the task completes as if nothing happened (the
 gateway never ran it).
 
-The research skill over one gateway: its first stream ends at the question (INPUT_REQUIRED), the
+The research skill over one gateway: its first stream ends at the question (AUTH_REQUIRED), the
 answer's stream carries the report as ``artifactUpdate`` chunks with ``append`` and ``lastChunk``
 as the skill emitted them, and ends at COMPLETED.
 """
@@ -108,7 +108,7 @@ def test_the_research_skill_streams_its_question_then_its_report_in_chunks(
     assert [state_of(r) for r in results(asked)] == [
         "TASK_STATE_SUBMITTED",
         "TASK_STATE_WORKING",
-        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_AUTH_REQUIRED",
     ]
     task_id = UUID(asked[0].data["result"]["task"]["id"])
     assert state_of(results(report)[0]) == "TASK_STATE_WORKING"  # the answer's snapshot

@@ -71,6 +71,7 @@ REST_ROUTES = {
 }
 COMPLETED, CANCELED = TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_CANCELED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+AUTH_REQUIRED = TaskState.TASK_STATE_AUTH_REQUIRED
 IN_PROGRESS = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
 API_KEY = "research-key-0123456789"
 
@@ -258,9 +259,9 @@ def report_texts(task: Task) -> list[str]:
 
 
 async def paused_research(client: Client, **data: Any) -> Task:
-    """A research task waiting for its API key (INPUT_REQUIRED)."""
+    """A research task waiting for its API key (AUTH_REQUIRED: the key is a credential)."""
     task = await send(client, message("research", "durable queues", data=data or None))
-    assert task.status.state == INPUT_REQUIRED, name(task)
+    assert task.status.state == AUTH_REQUIRED, name(task)
     return task
 
 
@@ -287,7 +288,7 @@ async def test_send_return_immediately_answers_before_the_work_is_done(connect: 
     assert status_text(done) == "Done after delay"
 
 
-async def test_send_blocking_returns_at_input_required_and_the_answer_completes(connect: Connect) -> None:
+async def test_send_blocking_returns_at_auth_required_and_the_answer_completes(connect: Connect) -> None:
     client = await connect()
     task = await paused_research(client)
     assert "API key" in status_text(task)
@@ -453,7 +454,7 @@ async def test_stream_send_message_sends_the_task_then_its_updates(
     assert all(chunk.task_id == task_id for chunk in chunks)
 
 
-async def test_stream_closes_at_input_required_and_streams_the_chunks_after_the_answer(
+async def test_stream_closes_at_auth_required_and_streams_the_chunks_after_the_answer(
     streamer: Client,
 ) -> None:
     client = streamer
@@ -461,7 +462,7 @@ async def test_stream_closes_at_input_required_and_streams_the_chunks_after_the_
         client.send_message(request(message("research", "streams", data={"chunk_delay_ms": 20})))
     )
     assert first[0].HasField("task")
-    assert state_of(first[-1]) == INPUT_REQUIRED  # the stream closed at the interrupted state
+    assert state_of(first[-1]) == AUTH_REQUIRED  # the stream closed at the interrupted state
     task = first[0].task
     second = await events(
         client.send_message(request(message("research", data={"api_key": API_KEY}, task=task)))

@@ -357,6 +357,7 @@ def test_builtin_skills_register_together() -> None:
         ("conformance", 2),
         ("echo", 1),
         ("research", 1),
+        ("research", 2),
     ]
     steps = [step.__name__ for step in registry.get("access-review", 1).steps]
     assert steps == ["plan", "fetch_grants", "analyse", "ask_approval", "apply_revocations", "write_report"]

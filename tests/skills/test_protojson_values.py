@@ -123,7 +123,7 @@ async def test_research_runs_with_a_double_for_its_chunk_count() -> None:
     with SkillKit(RESEARCH) as kit:
         task_id = kit.submit("research", text="q", data={"chunks": 2.0, "chunk_delay_ms": 0.0})
         task = await kit.run(task_id)
-        assert task.state == TaskState.INPUT_REQUIRED
+        assert task.state == TaskState.AUTH_REQUIRED
         assert task.checkpoint["chunks"] == 2
         assert type(task.checkpoint["chunks"]) is int
 

@@ -16,6 +16,7 @@ import pytest
 from domain.states import TaskState
 from domain.task import Pause, Task
 from longhaul.testing import SkillKit, artifact_text, message_text
+from store.task_keys import SecretUnreadableError
 from workers.skills.research import QUESTION, RESEARCH, mask
 
 API_KEY = "sk-live-0123456789abcdef"
@@ -37,7 +38,7 @@ async def answered(kit: SkillKit, **params: Any) -> UUID:
     """A task that asked for the key and got it (and has not run since)."""
     task_id = start(kit, **params)
     task = await kit.run(task_id)
-    assert task.state == TaskState.INPUT_REQUIRED
+    assert task.state == TaskState.AUTH_REQUIRED
     kit.answer(task_id, data={"api_key": API_KEY})
     return task_id
 
@@ -51,7 +52,7 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit)
 
     task = await kit.run(task_id)
 
-    assert task.state == TaskState.INPUT_REQUIRED
+    assert task.state == TaskState.AUTH_REQUIRED
     assert isinstance(task.pause, Pause)
     assert message_text(task.status_message) == QUESTION
 
@@ -69,7 +70,7 @@ async def test_asks_for_the_key_then_streams_the_report_in_chunks(kit: SkillKit)
     ]
     assert all(e.artifact["artifactId"] == "report" for e in emitted)
     # the question, 5 chunks (each with its count and a progress message), the end
-    assert kit.commits(task_id) == [["InputRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
+    assert kit.commits(task_id) == [["AuthRequested"], *[CHUNK] * 5, ["StepCompleted", "Completed"]]
     progress = [message_text(e.message) for e in kit.events(task_id, Task.ProgressReported)]
     assert progress == [f"Wrote chunk {n} of 5 of the report." for n in range(1, 6)]
     report = artifact_text(task, "report")
@@ -161,3 +162,42 @@ async def test_bad_parameters_are_rejected(kit: SkillKit, params: dict[str, Any]
 def test_mask_keeps_only_the_tail_of_long_keys() -> None:
     assert mask(API_KEY) == "****cdef"
     assert mask("short") == "****"
+
+
+async def test_the_key_is_sealed_in_the_log_read_by_the_step_and_unreadable_after_the_end(
+    kit: SkillKit,
+) -> None:
+    task_id = await answered(kit, chunks=2)
+    assert API_KEY not in stored(kit, task_id)
+    assert kit.app.task_keys.get(task_id) is not None  # the key lives while the task does
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    assert f"`{mask(API_KEY)}`" in artifact_text(task, "report")  # the step read the key ...
+    assert API_KEY not in stored(kit, task_id)  # ... and nothing of it is stored in clear
+    assert kit.app.task_keys.get(task_id) is None  # the task ended: its key is gone
+    with pytest.raises(SecretUnreadableError):
+        kit.app.reveal(task, task.latest_input)
+
+
+async def test_a_task_whose_key_was_erased_fails_clearly_when_its_step_needs_it(kit: SkillKit) -> None:
+    task_id = await answered(kit)
+
+    assert kit.app.erase_tenant("default") == 1
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.FAILED
+    reason = message_text(task.status_message)
+    assert reason is not None
+    assert reason.startswith("step 1 cannot run: task ")
+    assert "longhaul erase" in reason
+    assert chunks(kit, task_id) == []
+    assert kit.step_errors(task_id) == []  # failed at once: no attempt of the step was made
+
+
+def stored(kit: SkillKit, task_id: UUID) -> str:
+    """The task's stored events and snapshots, as the recorder holds them."""
+    events = kit.app.recorder.select_events(task_id)
+    snapshots = kit.app.snapshots.recorder.select_events(task_id) if kit.app.snapshots else []
+    return "".join(e.state.decode() for e in [*events, *snapshots])

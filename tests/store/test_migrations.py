@@ -38,7 +38,9 @@ DELIVERY_TABLES = {"longhaul_deliveries", "longhaul_delivery_attempts"}
 """Added by 0004 (the webhook delivery record)."""
 CHAIN_TABLES = {"longhaul_event_chain"}
 """Added by 0006 (the hash chain of events), with a backfill of the events stored before it."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES
+KEY_TABLES = {"longhaul_task_keys"}
+"""Added by 0007 (each task's secret key, outside the log)."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 

@@ -9,12 +9,12 @@ from domain.skill import Skill
 from workers.skills.access_review import access_review_skill
 from workers.skills.conformance import conformance_skills
 from workers.skills.echo import ECHO
-from workers.skills.research import RESEARCH
+from workers.skills.research import RESEARCH, RESEARCH_V1
 
 
 def builtin_skills(iam_url: str | None) -> list[Skill]:
     """Every built-in skill; ``access-review`` calls the IAM at ``iam_url`` (``LONGHAUL_IAM_URL``)."""
-    return [ECHO, access_review_skill(iam_url), RESEARCH, *conformance_skills()]
+    return [ECHO, access_review_skill(iam_url), RESEARCH_V1, RESEARCH, *conformance_skills()]
 
 
 __all__ = ["builtin_skills"]

@@ -1,6 +1,11 @@
 """``research``: the delegated-research example. Asks for an API key, then streams a report.
 
-Steps (v1): ``ask_for_key, write_report``.
+Steps: ``ask_for_key, write_report``. Version 2 asks for the key with ``AskAuth``
+(``TASK_STATE_AUTH_REQUIRED``): every part of the answer is a credential, so the gateway stores
+it sealed under the task's key and the worker opens it for ``write_report`` alone (docs/api.md,
+"Secrets"). Version 1 asked with ``AskInput`` (``TASK_STATE_INPUT_REQUIRED``), whose answer is
+stored in clear unless the client marks the part secret; it stays registered only so that tasks
+started on it before the upgrade can finish (drain it: ``longhaul skills``).
 
 Parameters (a data part of the first message): ``chunks`` (default 5), ``chunk_delay_ms``
 (default 0). The research question is the text of the first message.
@@ -24,9 +29,10 @@ checkpoint or the artifact in clear.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
-from domain.skill import AskInput, Complete, Fail, Reject, Skill, StepContext, StepOutcome
+from domain.skill import AskAuth, AskInput, Complete, Fail, Reject, Skill, StepContext, StepOutcome
 from workers.skills.parts import as_int, as_number, first_data, texts_of
 
 JSON = dict[str, Any]
@@ -63,7 +69,15 @@ def chunk_text(index: int, checkpoint: JSON) -> str:
 
 
 async def ask_for_key(ctx: StepContext) -> StepOutcome:
-    """Fix the plan and ask for the paywalled source's API key."""
+    """Fix the plan and ask for the paywalled source's API key (credentials: TASK_STATE_AUTH_REQUIRED)."""
+    outcome = await ask_for_key_v1(ctx)
+    if not isinstance(outcome, AskInput):
+        return outcome
+    return AskAuth(question=outcome.question, checkpoint=outcome.checkpoint, data=outcome.data)
+
+
+async def ask_for_key_v1(ctx: StepContext) -> StepOutcome:
+    """Version 1: fix the plan and ask for the key as ordinary input (TASK_STATE_INPUT_REQUIRED)."""
     given_chunks = ctx.params.get("chunks", 5)
     given_delay = ctx.params.get("chunk_delay_ms", 0)
     chunks, delay = as_int(given_chunks), as_number(given_delay)
@@ -107,8 +121,16 @@ async def write_report(ctx: StepContext) -> StepOutcome:
 
 RESEARCH = Skill(
     name="research",
-    version=1,
+    version=2,
     steps=[ask_for_key, write_report],
     description="Delegated research: asks for an API key for a paywalled source, then streams a report.",
+    tags=("research", "streaming", "auth-required"),
+)
+
+RESEARCH_V1 = dataclasses.replace(
+    RESEARCH,
+    version=1,
+    steps=[ask_for_key_v1, write_report],
     tags=("research", "streaming", "input-required"),
 )
+"""The version that asked with ``AskInput``: kept for the tasks started on it."""
