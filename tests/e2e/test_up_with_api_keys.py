@@ -31,8 +31,9 @@ def _mint(tenant: str) -> tuple[str, str]:
         check=True,
         timeout=60,
     )
-    key_line, file_line = done.stdout.splitlines()
-    return key_line.rsplit(" ", 1)[1], file_line.split(": ", 1)[1]
+    said = {line.split(" (", 1)[0]: line.split(": ", 1)[1] for line in done.stdout.splitlines()}
+    assert set(said) == {"key", "key id", "key file line"}, done.stdout
+    return said["key"], said["key file line"]
 
 
 def test_without_keys_up_warns_that_it_is_open(tmp_path: Path) -> None:
