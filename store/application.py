@@ -50,6 +50,7 @@ from store.errors import (
 )
 from store.locks import advisory_lock, ddl_lock_name
 from store.memory import MemoryRunQueueRecorder
+from store.merkle_log import MerkleLog
 from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
@@ -121,6 +122,14 @@ class TaskApplication(Application[UUID]):
         recorder = self.recorder
         assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
         return recorder.task_keys
+
+    @functools.cached_property
+    def merkle_log(self) -> MerkleLog | None:
+        """The sequencer's Merkle log and checkpoints (``store.merkle_log``); none for a memory store."""
+        recorder = self.recorder
+        if not isinstance(recorder, PostgresRunQueueRecorder):
+            return None
+        return MerkleLog(recorder.datastore, chain_table=recorder.chain_table)
 
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""

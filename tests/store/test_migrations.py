@@ -40,7 +40,15 @@ CHAIN_TABLES = {"longhaul_event_chain"}
 """Added by 0006 (the hash chain of events), with a backfill of the events stored before it."""
 KEY_TABLES = {"longhaul_task_keys"}
 """Added by 0007 (each task's secret key, outside the log)."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES
+MERKLE_TABLES = {
+    "longhaul_merkle_leaves",
+    "longhaul_merkle_nodes",
+    "longhaul_checkpoints",
+    "longhaul_purged_tasks",
+    "longhaul_sequencer_position",
+}
+"""Added by 0008 (the sequencer's Merkle log, its checkpoints, the purged tasks)."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES | MERKLE_TABLES
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
