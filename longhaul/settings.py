@@ -172,6 +172,13 @@ class Settings(BaseSettings):
             " its owner may read it. Unset: `up` makes one on first start in LONGHAUL_DATA_DIR/audit-key."
         ),
     )
+    audit_verifier_keys: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Verifier keys (JSON list of C2SP verifier key strings) that checkpoints signed before a key"
+            " rotation verify with, beside the current key's own."
+        ),
+    )
 
     @field_validator("database_url")
     @classmethod

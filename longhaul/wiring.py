@@ -20,7 +20,7 @@ from store.config import MemoryConfig, StoreConfig
 from store.key_files import KeyFileError, create_signer_key, load_signer_key
 from store.retention import RetentionPolicy
 from store.retry import webhook_retry
-from store.signed_notes import SignerKey
+from store.signed_notes import NoteError, SignerKey, VerifierKey
 from workers.dispatcher import DispatchConfig
 from workers.relay import StreamLimits
 from workers.skills import builtin_skills
@@ -237,6 +237,25 @@ def audit_signer(settings: Settings, *, create: bool = False) -> SignerKey:
             "" if settings.audit_key_file else " (LONGHAUL_AUDIT_KEY_FILE is unset; `longhaul up` makes it)"
         )
         raise ConfigurationError(f"{error}{hint}") from None
+
+
+def audit_verifier_keys(settings: Settings) -> list[VerifierKey]:
+    """The keys checkpoints verify with: the signer key's verifier, then ``LONGHAUL_AUDIT_VERIFIER_KEYS``.
+
+    The signer key's file is read when it exists (``LONGHAUL_AUDIT_KEY_FILE``, else the data
+    directory's); a process without it (a gateway on another machine) names the current key in
+    ``LONGHAUL_AUDIT_VERIFIER_KEYS`` too.
+    """
+    keys: list[VerifierKey] = []
+    path = settings.audit_key_file or settings.data_dir / AUDIT_KEY_FILE
+    if settings.audit_key_file is not None or path.exists():
+        keys.append(audit_signer(settings).verifier())
+    for text in settings.audit_verifier_keys:
+        try:
+            keys.append(VerifierKey.parse(text))
+        except NoteError as error:
+            raise ConfigurationError(f"LONGHAUL_AUDIT_VERIFIER_KEYS: {error}") from None
+    return keys
 
 
 def deployment_name(host: str) -> str:
