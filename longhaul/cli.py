@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
     sub.add_parser("projector", help="keep the current-task view and the retention index following the log")
     sub.add_parser("dispatcher", help="deliver push notifications (webhooks) with retries, signed")
+    sub.add_parser(
+        "sequencer",
+        help="keep the Merkle tree over every event; sign checkpoints of it, publish them on NATS",
+    )
     projections = sub.add_parser(
         "projections", help="the read models (task view, retention index): rebuild them, or show their lag"
     )
@@ -174,6 +178,7 @@ PROCESSES = {
     "relay": commands.relay,
     "projector": commands.projector,
     "dispatcher": commands.dispatcher,
+    "sequencer": commands.sequencer,
 }
 """The long-running commands: each runs until SIGINT/SIGTERM."""
 

@@ -18,8 +18,8 @@ WIDTH = 88
 DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "up": (
         (
-            "Run everything in one process: the gateway, one worker, the sweeper, the relay, the projector"
-            " and the webhook dispatcher, until"
+            "Run everything in one process: the gateway, one worker, the sweeper, the relay, the projector,"
+            " the webhook dispatcher and the sequencer, until"
             " Ctrl-C or SIGTERM, then stop them all (running steps drain first) and keep the data.\n"
             "With no LONGHAUL_DATABASE_URL / LONGHAUL_NATS_URL it starts an embedded PostgreSQL and NATS"
             " with their data in LONGHAUL_DATA_DIR; with no LONGHAUL_IAM_URL a fake IAM for the"
@@ -120,6 +120,18 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "webhook_concurrency",
             "allow_private_webhooks",
         ),
+    ),
+    "sequencer": (
+        (
+            "Keep the Merkle tree (RFC 9162) over every event, in log order, until stopped: one leaf per"
+            " event, stored with its subtrees and the position reached in one transaction. Every"
+            " LONGHAUL_CHECKPOINT_INTERVAL_SECONDS, when the tree grew, sign a checkpoint of it with the"
+            " audit key (C2SP tlog-checkpoint, Ed25519), store it, then publish it on NATS"
+            " (<prefix>.checkpoints, a stream of its own) for witnesses; a clean stop signs what was"
+            " sequenced. One sequencer leads (a PostgreSQL advisory lock); others wait as standbys."
+            " Not with LONGHAUL_STORE=memory. See docs/audit.md, Sequencer."
+        ),
+        ("database_url", "nats_url", "audit_key_file", "checkpoint_interval_seconds", "nats_replicas"),
     ),
     "deliveries": (
         (

@@ -48,10 +48,12 @@ from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import NoSuchVersionError, TaskNotFoundError
 from store.migrations import SchemaTooNewError
 from store.postgres import PostgresRunQueueRecorder
+from store.signed_notes import SignerKey
 from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
 from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
+from workers.sequencer import Sequencer, SequencerUnavailableError
 from workers.skill_versions import ReleaseMismatchError, version_use
 from workers.sweeper import Sweeper
 from workers.webhook_signing import WebhookSigner
@@ -326,6 +328,40 @@ def _relay(store: TaskApplication, names: Any, limits: StreamLimits) -> Relay:
         raise CommandError(str(error)) from error
 
 
+async def sequencer(settings: Settings) -> None:
+    """Keep the Merkle tree over the log, sign checkpoints of it and publish them, until stopped."""
+    stop = _stop_event()
+    _needs_postgres(
+        settings,
+        "the sequencer",
+        ", with no log to keep a Merkle tree over (`longhaul up` runs without a sequencer then)",
+    )
+    names = _names(settings)
+    try:
+        signer = wiring.audit_signer(settings)
+    except wiring.ConfigurationError as error:
+        raise CommandError(str(error)) from error
+    store = _open_store(settings, pre_ping=False)
+    try:
+        await _sequencer(settings, store, names, signer).run(stop)
+    finally:
+        store.close()
+
+
+def _sequencer(settings: Settings, store: TaskApplication, names: Any, signer: SignerKey) -> Sequencer:
+    try:
+        return Sequencer(
+            store=store,
+            names=names,
+            signer=signer,
+            clock=wiring.system_clock(settings),
+            interval=settings.checkpoint_interval_seconds,
+            limits=wiring.stream_limits(settings),
+        )
+    except SequencerUnavailableError as error:
+        raise CommandError(str(error)) from error
+
+
 async def dispatcher(settings: Settings) -> None:
     """Deliver push notifications (webhooks) for committed events until stopped."""
     stop = _stop_event()
@@ -408,10 +444,10 @@ async def up(settings: Settings) -> None:
 
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
     ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay, the
-    projector and the webhook dispatcher (with a webhook secret it makes in the data directory
-    when none is set, as it makes the checkpoint signing key). With ``LONGHAUL_STORE=memory`` the
-    tasks live in this process only: no PostgreSQL, NATS, relay, projector or dispatcher (and
-    ListTasks is unsupported).
+    projector, the webhook dispatcher (with a webhook secret it makes in the data directory
+    when none is set, as it makes the checkpoint signing key) and the sequencer. With
+    ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL, NATS, relay,
+    projector, dispatcher or sequencer (and ListTasks is unsupported).
     """
     stop = _stop_event()
     in_memory = settings.store == "memory"
@@ -451,6 +487,10 @@ async def up(settings: Settings) -> None:
                     parts.append(_projector(store.config, stop))
                     signer = wiring.webhook_signer(settings, create=True)
                     parts.append(_dispatcher(settings, store, wiring.nats_names(settings), signer).run(stop))
+                    assert audit_key is not None
+                    parts.append(
+                        _sequencer(settings, store, wiring.nats_names(settings), audit_key).run(stop)
+                    )
                 _write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url

@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(
         default=1.0, gt=0, description="How often the sweeper looks for work."
     )
+    checkpoint_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the sequencer signs a checkpoint of the Merkle tree, when it grew.",
+    )
     clock_offset_seconds: float = Field(
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )

@@ -1,7 +1,8 @@
-"""NATS names of one deployment: the JetStream stream and the subjects task events go to.
+"""NATS names of one deployment: the JetStream streams and the subjects task events and checkpoints go to.
 
-Shared by the relay (which publishes) and the gateway (which listens to wake blocking calls).
-The subject layout is part of the public schema in ``docs/events.md``.
+Shared by the relay (which publishes events), the sequencer (which publishes signed checkpoints)
+and the gateway (which listens to wake blocking calls). The subject layout is part of the public
+schema in ``docs/events.md``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ class NatsNames:
     def subject(self, tenant: str, task_id: UUID, event_type: str) -> str:
         """``<prefix>.tasks.<tenant>.<task id>.<EventType>``."""
         return f"{self.subject_prefix}.tasks.{subject_token(tenant)}.{task_id}.{event_type}"
+
+    @property
+    def checkpoint_subject(self) -> str:
+        """``<prefix>.checkpoints``: the sequencer's signed checkpoints, one message each."""
+        return f"{self.subject_prefix}.checkpoints"
+
+    @property
+    def checkpoint_stream(self) -> str:
+        """``<stream>_CHECKPOINTS``: the stream of its own that keeps the checkpoints (ADR 0029)."""
+        return f"{self.stream}_CHECKPOINTS"
 
     def task_subjects(self, task_id: UUID) -> str:
         """A wildcard subject matching every event of one task."""

@@ -230,10 +230,12 @@ class MerkleLog:
         found = {Node(row["level"], row["position"]): bytes(row["hash"]) for row in rows}
         return [found[node] for node in nodes]
 
-    def checkpoints(self) -> list[StoredCheckpoint]:
-        """Every stored checkpoint, smallest tree first."""
+    def checkpoints(self, after: int = 0) -> list[StoredCheckpoint]:
+        """Every stored checkpoint of a tree larger than ``after`` leaves, smallest tree first."""
         rows = self._rows(
-            "SELECT tree_size, root_hash, note, signed_at FROM {schema}.{checkpoints} ORDER BY tree_size"
+            "SELECT tree_size, root_hash, note, signed_at FROM {schema}.{checkpoints}"
+            " WHERE tree_size > %s ORDER BY tree_size",
+            (after,),
         )
         return [_checkpoint(row) for row in rows]
 

@@ -174,6 +174,7 @@ def nats_names(nats_url: str) -> Iterator[tuple[str, str]]:
     stream, prefix = f"T_{token}", f"t{token}"
     yield stream, prefix
     delete_stream(nats_url, stream)
+    delete_stream(nats_url, f"{stream}_CHECKPOINTS")  # the sequencer's (projections.subjects)
 
 
 @pytest.fixture

@@ -96,24 +96,29 @@ async def ensure_stream(js: Any, names: NatsNames, limits: StreamLimits | None =
     Only ``max_age`` and the replica count are compared and updated; every other part of an
     existing stream's config (limits set with the ``nats`` CLI, say) is kept as it is.
     """
+    await ensure_stream_named(js, names.stream, names.all_subjects, limits)
+
+
+async def ensure_stream_named(
+    js: Any, stream: str, subjects: str, limits: StreamLimits | None = None
+) -> None:
+    """``ensure_stream`` for any stream of the deployment (the sequencer's checkpoints have their own)."""
     limits = limits or StreamLimits()
     max_age = limits.max_age.total_seconds()
     try:
-        info = await js.stream_info(names.stream)
+        info = await js.stream_info(stream)
     except NotFoundError:
         await js.add_stream(
             StreamConfig(
-                name=names.stream,
-                subjects=[names.all_subjects],
+                name=stream,
+                subjects=[subjects],
                 storage=StorageType.FILE,
                 duplicate_window=DUPLICATE_WINDOW_S,
                 max_age=max_age,
                 num_replicas=limits.replicas,
             )
         )
-        log.info(
-            "stream %s: created (max_age %ss, num_replicas %d)", names.stream, f"{max_age:g}", limits.replicas
-        )
+        log.info("stream %s: created (max_age %ss, num_replicas %d)", stream, f"{max_age:g}", limits.replicas)
         return
     config = info.config
     changes = []
@@ -124,7 +129,7 @@ async def ensure_stream(js: Any, names: NatsNames, limits: StreamLimits | None =
     if not changes:
         return
     await js.update_stream(dataclasses.replace(config, max_age=max_age, num_replicas=limits.replicas))
-    log.info("stream %s: updated %s", names.stream, ", ".join(changes))
+    log.info("stream %s: updated %s", stream, ", ".join(changes))
 
 
 class RelayUnavailableError(RuntimeError):
