@@ -2,9 +2,10 @@
 
 Every figure is read from the store when Prometheus scrapes (``StoreCollector``), so any gateway
 answers the same for the whole deployment: tasks by state (the run queue), the log's position, how
-far the relay and each projection (the current-task view, the retention index) trail it, the
-webhook backlog, attempts and give-ups. Each app has its own ``CollectorRegistry`` (not the
-library's global one), so two apps in one process, or in one test run, never share figures.
+far the relay, the sequencer and each projection (the current-task view, the retention index)
+trail it, the latest checkpoint's size and time, the webhook backlog, attempts and give-ups. Each
+app has its own ``CollectorRegistry`` (not the library's global one), so two apps in one process,
+or in one test run, never share figures.
 Counters a process keeps of itself (a worker's claims and step durations) are registered into the
 registry passed as ``extra`` — see ``workers.metrics``; they are only seen here when the worker
 runs in the gateway's process (``longhaul up``).
@@ -56,6 +57,7 @@ class StoreCollector(Collector):
             value=log_position,
         )
         yield from self._relay(log_position)
+        yield from self._sequencer(log_position)
         yield from self._webhooks()
         found = lags(self.store)
         if found:
@@ -102,6 +104,34 @@ class StoreCollector(Collector):
             lag.add_metric([stream], max(0, log_position - relayed))
         yield position
         yield lag
+
+    def _sequencer(self, log_position: int) -> Iterator[GaugeMetricFamily]:
+        merkle_log = self.store.merkle_log
+        if merkle_log is None:
+            return  # a memory store: no sequencer
+        sequenced = merkle_log.position()
+        yield GaugeMetricFamily(
+            "longhaul_sequencer_position",
+            "The last log position the sequencer appended to the Merkle tree.",
+            value=sequenced,
+        )
+        yield GaugeMetricFamily(
+            "longhaul_sequencer_lag",
+            "Log positions not yet in the Merkle tree (an upper bound: positions can have gaps).",
+            value=max(0, log_position - sequenced),
+        )
+        latest = merkle_log.latest_checkpoint()
+        yield GaugeMetricFamily(
+            "longhaul_checkpoint_size",
+            "The tree size (events covered) of the latest signed checkpoint (0: none yet).",
+            value=latest.size if latest is not None else 0,
+        )
+        if latest is not None:
+            yield GaugeMetricFamily(
+                "longhaul_checkpoint_signed_timestamp_seconds",
+                "When the latest checkpoint was signed, in Unix seconds (its age: time() minus this).",
+                value=latest.signed_at.timestamp(),
+            )
 
     def _webhooks(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         recorder = self.store.recorder

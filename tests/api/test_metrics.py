@@ -20,7 +20,9 @@ from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
+from store.merkle_log import catch_up
 from store.run_queue import RunQueueRow
+from store.signed_notes import SignerKey
 from tests.api.support import http_client, log_position
 from tests.support.tasks import new_task
 
@@ -151,3 +153,34 @@ async def test_webhook_backlog_attempts_and_give_ups(
     assert samples[("longhaul_webhook_attempts_total", (("outcome", "retry"),))] == 1
     assert samples[("longhaul_webhook_attempts_total", (("outcome", "delivered"),))] == 1
     assert samples[("longhaul_webhook_give_ups_total", ())] == 1
+
+
+@pytest.mark.postgres
+async def test_sequencer_lag_and_the_latest_checkpoint(
+    store: TaskApplication, make_app: Callable[..., Litestar]
+) -> None:
+    _known_state(store)
+    merkle_log = store.merkle_log
+    assert merkle_log is not None
+    app = make_app()
+    _, samples = await _scrape(app)
+    assert samples[("longhaul_sequencer_position", ())] == 0
+    assert samples[("longhaul_sequencer_lag", ())] == 5
+    assert samples[("longhaul_checkpoint_size", ())] == 0
+    assert ("longhaul_checkpoint_signed_timestamp_seconds", ()) not in samples  # none signed yet
+
+    signer = SignerKey.generate("longhaul/metrics-test")
+    catch_up(merkle_log, store.recorder.select_notifications, signer, NOW)
+    _put(store, TaskState.WORKING)
+    _, samples = await _scrape(app)
+    assert samples[("longhaul_sequencer_position", ())] == 5
+    assert samples[("longhaul_sequencer_lag", ())] == 1
+    assert samples[("longhaul_checkpoint_size", ())] == 5
+    assert samples[("longhaul_checkpoint_signed_timestamp_seconds", ())] == NOW.timestamp()
+
+
+async def test_no_sequencer_figures_over_a_memory_store(
+    store: TaskApplication, make_app: Callable[..., Litestar]
+) -> None:
+    _, samples = await _scrape(make_app())
+    assert not any(name.startswith(("longhaul_sequencer", "longhaul_checkpoint")) for name, _ in samples)
