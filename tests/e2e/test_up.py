@@ -98,6 +98,8 @@ def test_up_serves_runs_and_keeps_tasks_across_restart(folder: Path) -> None:
     assert stat.S_IMODE(audit_key.stat().st_mode) == 0o600
     verifier = SignerKey.parse(audit_key.read_text()).verifier()
     assert f"its verifier key: {verifier}" in (tmp_path / "up.log").read_text()
+    # up runs the sequencer, and its clean stop signed a checkpoint of what it sequenced.
+    assert "checkpoint signed: tree size" in (tmp_path / "up.log").read_text()
 
     up = _start_up(tmp_path, port)
     try:

@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -23,8 +24,10 @@ from store.application import TaskApplication
 from store.chain import GENESIS, chain_hash, task_uuid
 from store.checkpoints import Checkpoint, parse_checkpoint
 from store.config import MemoryConfig, StoreConfig
+from store.locks import advisory_key
 from store.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
 from store.merkle_log import MerkleLog, catch_up
+from store.postgres import PostgresRunQueueRecorder
 from store.signed_notes import SignerKey, open_note
 from tests.support.tasks import new_task
 from workers.sequencer import Sequencer, SequencerUnavailableError, checkpoint_headers
@@ -305,3 +308,61 @@ async def test_the_checkpoints_have_a_stream_of_their_own_that_keeps_them_all(
     assert info.config.subjects == [names.checkpoint_subject] == [f"{names.subject_prefix}.checkpoints"]
     assert not info.config.max_age  # every checkpoint kept, whatever LONGHAUL_NATS_MAX_AGE is
     assert info.state.messages == 1
+
+
+def test_the_command_refuses_an_in_memory_store(
+    cli: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LONGHAUL_STORE", "memory")
+    code, _, err = cli("sequencer")
+    assert code == 1
+    assert "the sequencer needs LONGHAUL_STORE=postgres" in err
+
+
+def test_the_command_refuses_to_start_without_the_audit_key(
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    nats_url: str,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("LONGHAUL_NATS_URL", nats_url)
+    monkeypatch.setenv("LONGHAUL_DATA_DIR", str(tmp_path))
+    code, _, err = cli("sequencer")
+    assert code == 1
+    assert str(tmp_path / "audit-key") in err
+    assert "LONGHAUL_AUDIT_KEY_FILE is unset" in err
+    assert not (tmp_path / "audit-key").exists()  # never made outside `up`
+
+
+async def test_it_starts_over_from_the_stored_tree_when_its_database_connections_are_cut(
+    store: TaskApplication, names: NatsNames, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leader's lock connection and the log subscription's LISTEN are killed: it leads again."""
+    log = _log(store)
+    _commit(store, tasks=1)
+    sequencer = _sequencer(store, names)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(sequencer.run(stop))
+    assert isinstance(store.config, StoreConfig)
+    recorder = store.recorder
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    key = advisory_key(f"sequencer:{store.config.schema}")
+    try:
+        await _until(lambda: _covered(log, store), "the first checkpoint")
+        async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query = %s OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid::text::bigint = %s AND objid::text::bigint = %s)",
+                (f'LISTEN "{recorder.channel_name}"', (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            )
+            assert len(await cursor.fetchall()) == 2  # the leader's connection and the LISTEN
+        with caplog.at_level(logging.WARNING, logger="workers.sequencer"):
+            _commit(store, tasks=1)
+            await _until(lambda: _covered(log, store) and log.size() == 8, "a checkpoint after the restart")
+    finally:
+        stop.set()
+        await running
+    assert "sequencer failed" in caplog.text
+    assert [leaf.position for leaf in log.leaves()] == list(range(1, 9))
+    assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
