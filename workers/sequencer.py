@@ -99,8 +99,9 @@ class Sequencer:
         self.sequenced = 0
         """Events this process appended as leaves (passed-over ones not counted)."""
         self.passed_over = 0
-        self.signed: list[StoredCheckpoint] = []
-        """The checkpoints this process signed, in order."""
+        self.signed = 0
+        """Checkpoints this process signed (and stored)."""
+        self.last_signed: StoredCheckpoint | None = None
         self.published = 0
         """Checkpoint messages this process had acknowledged by JetStream (repeats included)."""
         self.leading = False
@@ -185,7 +186,8 @@ class Sequencer:
         signed = await asyncio.to_thread(self.log.sign, tree, self.signer, self.clock())
         if signed is None:
             return
-        self.signed.append(signed)
+        self.signed += 1
+        self.last_signed = signed
         log.info("checkpoint signed: tree size %d, root %s…", signed.size, signed.root_hash.hex()[:16])
         wake.set()
 
