@@ -4,7 +4,9 @@
 actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
 plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
 Everything is read from the log (``store.audit_trail``, ``TaskApplication.task_at``) and the
-delivery record (``store.deliveries``) at request time; the templates (``api/templates/audit/``)
+delivery record (``store.deliveries``) at request time, with the verification status of the task's
+hash chain and of the signed checkpoint covering it (``store.task_verification``, with the log's
+verifier keys the gateway was given); the templates (``api/templates/audit/``)
 escape every value. The pages are tenant-scoped like the A2A methods (``caller_tenant``): with
 API keys a browser signs in with HTTP Basic, the key as the password (ADR 0028). Every answer
 carries a Content-Security-Policy that allows no script at all.
@@ -39,8 +41,10 @@ from store.application import TaskApplication
 from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
 from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import TaskNotFoundError
+from store.errors import NoSuchVersionError, TaskNotFoundError
 from store.postgres import PostgresRunQueueRecorder
+from store.signed_notes import VerifierKey
+from store.task_verification import TaskVerification, verify_task
 
 AUDIT_PATH = "/audit"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -73,6 +77,8 @@ class Timeline:
     """The wire ``Task`` after the event at ``chosen``."""
     deliveries: list[tuple[Delivery, list[Attempt]]] | None
     """``None``: the store keeps no delivery record (memory)."""
+    verification: TaskVerification
+    """The task's chain and the checkpoint covering it, checked as the page was read."""
 
 
 class NotShownError(LookupError):
@@ -117,9 +123,12 @@ async def task_page(request: Request[object, object, State], task_id: FromPath[s
     except A2AError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": error.message}, 400)
     store: TaskApplication = request.app.state.store
+    keys: tuple[VerifierKey, ...] = request.app.state.audit.verifier_keys
     try:
         version = _version_query(request)
-        timeline = await asyncio.to_thread(read_timeline, store, task_id, tenant=tenant, version=version)
+        timeline = await asyncio.to_thread(
+            read_timeline, store, task_id, tenant=tenant, version=version, verifier_keys=keys
+        )
     except NotShownError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)
     return _page(request, "audit/task.html", {"timeline": timeline, "tenant": tenant})
@@ -137,8 +146,18 @@ def is_audit_path(path: str) -> bool:
     return path == AUDIT_PATH or path.startswith(AUDIT_PATH + "/")
 
 
-def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: int | None) -> Timeline:
-    """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``."""
+def read_timeline(
+    store: TaskApplication,
+    text: str,
+    *,
+    tenant: str,
+    version: int | None,
+    verifier_keys: tuple[VerifierKey, ...] = (),
+) -> Timeline:
+    """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``.
+
+    The checkpoint covering the task is verified with ``verifier_keys`` (none: it cannot be).
+    """
     try:
         task_id = UUID(text)
     except ValueError:
@@ -148,11 +167,11 @@ def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: in
     except TaskNotFoundError as error:  # missing, another tenant's or expired: told apart only by expiry
         raise NotShownError(str(error)) from None
     events = list(store.history(task_id))
-    last = events[-1].originator_version
-    chosen = last if version is None else version
-    if not 1 <= chosen <= last:
-        raise NotShownError(f"task {task_id} has versions 1 to {last}, not {chosen}")
-    state = task if chosen == task.version else store.task_at(task_id, chosen)
+    chosen = events[-1].originator_version if version is None else version
+    try:
+        state = task if chosen == task.version else store.task_at(task_id, chosen)
+    except NoSuchVersionError as error:
+        raise NotShownError(str(error)) from None
     return Timeline(
         task=task,
         events=audit_events(events),
@@ -160,6 +179,7 @@ def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: in
         chosen=chosen,
         state=task_to_wire(state),
         deliveries=_deliveries(store, task_id),
+        verification=verify_task(store, task_id, verifier_keys),
     )
 
 

@@ -191,7 +191,7 @@ class TestTheTaskPage:
         assert posted.headers["content-type"].startswith("text/html")
         beyond = await http.get(f"/audit/tasks/{task_id}", params={"version": 9})
         assert beyond.status_code == 404
-        assert "has versions 1 to 8, not 9" in beyond.text
+        assert "has versions 1 to 8; there is no version 9" in beyond.text
 
     async def test_an_expired_task_says_it_expired(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
