@@ -60,7 +60,8 @@ PathText = FromPath[str]
 
 AUDIT_PATH = "/audit/v1"
 MEDIA_TYPE = "application/json"
-TEXT_MEDIA_TYPE = "text/plain; charset=utf-8"
+TEXT_MEDIA_TYPE = "text/plain"
+"""Litestar adds the ``charset=utf-8``."""
 CHECKPOINT_INTERVAL_SETTING = "LONGHAUL_CHECKPOINT_INTERVAL_SECONDS"
 VERSION_RULE = "a whole number from 1 to the task's last version"
 
