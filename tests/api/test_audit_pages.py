@@ -124,6 +124,22 @@ class TestTheTaskPage:
         assert "client default" in response.text
         assert "effect revoke:alice recorded" in response.text
 
+    async def test_the_verification_of_a_memory_store_is_its_chain_alone(
+        self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+    ) -> None:
+        task_id = await _a_full_task(http, store, advance)
+        page = (await http.get(f"/audit/tasks/{task_id}")).text
+        assert re.findall(
+            r'<div id="(\w+)-verification" class="verification (\w+)" data-status="\w+"', page
+        ) == [
+            ("chain", "verified"),
+            ("checkpoint", "unavailable"),
+        ]
+        assert "all 8 events match their chained hashes" in page
+        assert "this store keeps no Merkle log (LONGHAUL_STORE=memory)" in page
+        assert 'data-failed="false"' in page
+        assert 'role="alert"' not in page
+
     async def test_every_value_from_the_log_is_escaped_and_no_script_may_run(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
     ) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from domain.task import Task
 from store.application import TaskApplication
@@ -18,7 +20,7 @@ from store.config import MemoryConfig
 from store.merkle_log import MerkleLog, catch_up
 from store.signed_notes import SignerKey
 from store.task_verification import Status, verify_task
-from tests.support.tampering import alter_event, rechain
+from tests.support.tampering import alter_event, flip_byte, rechain
 from tests.support.tasks import new_task
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -121,6 +123,25 @@ def test_an_event_altered_with_its_chain_fails_the_checkpoint_naming_the_version
         for f in faults[:-1]
     )
     assert found.faulty_versions == set(range(altered, 6))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(version=st.integers(1, 5), offset=st.integers(0, 10_000))
+def test_any_flipped_bit_is_named_by_version_with_or_without_its_chain(
+    postgres_store: TaskApplication, version: int, offset: int
+) -> None:
+    task = _worked(postgres_store)  # a new task per example, in the same log
+    _sign(postgres_store)
+    flip_byte(postgres_store, task.id, version, offset)
+
+    chain_broken = verify_task(postgres_store, task.id, KEYS)
+    assert [f.version for f in chain_broken.chain.faults] == [version]
+    assert chain_broken.checkpoint.status == Status.VERIFIED
+
+    rechain(postgres_store, task.id, version)
+    covered_up = verify_task(postgres_store, task.id, KEYS)
+    assert covered_up.chain.status == Status.VERIFIED
+    assert [f.version for f in covered_up.checkpoint.faults] == list(range(version, 6))
 
 
 def test_a_checkpoint_another_key_signed_fails(postgres_store: TaskApplication) -> None:

@@ -1,8 +1,9 @@
 """Altering a PostgreSQL store's log behind longhaul's back, as an intruder with SQL access would.
 
 ``alter_event`` changes one byte of an event's stored state (the event still decodes, so the
-pages that read it still render); ``rechain`` then rewrites the task's chain rows from that
-version on, so that the hash chain alone checks again and only the Merkle log can tell.
+pages that read it still render), ``flip_byte`` any byte (it may not decode); ``rechain`` then
+rewrites the task's chain rows from that version on, so that the hash chain alone checks again
+and only the Merkle log can tell.
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ def alter_event(store: TaskApplication, task_id: UUID, version: int, text: bytes
             (text, task_id, version, text),
         )
         assert curs.rowcount == 1, f"no {text!r} in the event at version {version} of {task_id}"
+
+
+def flip_byte(store: TaskApplication, task_id: UUID, version: int, offset: int) -> None:
+    """Flip the lowest bit of the byte at ``offset`` (modulo the state's length) of ``version``'s event."""
+    recorder = _recorder(store)
+    table = SQL("{}.{}").format(Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name))
+    with recorder.datastore.transaction(commit=True) as curs:
+        curs.execute(
+            SQL(
+                "UPDATE {} SET state = set_byte(state, mod(%s, length(state)),"
+                " get_byte(state, mod(%s, length(state))) # 1)"
+                " WHERE originator_id = %s AND originator_version = %s"
+            ).format(table),
+            (offset, offset, task_id, version),
+        )
+        assert curs.rowcount == 1, f"no event at version {version} of {task_id}"
 
 
 def rechain(store: TaskApplication, task_id: UUID, start: int) -> None:
