@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,13 @@ from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
 from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import NoSuchVersionError, TaskNotFoundError
+from store.memory import MemoryRunQueueRecorder
 from store.postgres import PostgresRunQueueRecorder
 from store.signed_notes import VerifierKey
 from store.task_verification import TaskVerification, verify_task
 
 AUDIT_PATH = "/audit"
+log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).parent / "templates"
 
 PAGE_HEADERS = {
@@ -83,6 +86,15 @@ class Timeline:
 
 class NotShownError(LookupError):
     """A task (or a version of it) this caller cannot be shown; the message says which."""
+
+
+class UnreadableLogError(Exception):
+    """The task's events no longer decode, and its verification failed: the page shows why."""
+
+    def __init__(self, task_id: UUID, verification: TaskVerification, error: Exception) -> None:
+        super().__init__(f"the events of task {task_id} cannot be read ({type(error).__name__}: {error})")
+        self.task_id = task_id
+        self.verification = verification
 
 
 def template_config() -> TemplateConfig[JinjaTemplateEngine]:
@@ -131,6 +143,9 @@ async def task_page(request: Request[object, object, State], task_id: FromPath[s
         )
     except NotShownError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)
+    except UnreadableLogError as error:
+        context = {"task_id": error.task_id, "reason": str(error), "verification": error.verification}
+        return _page(request, "audit/unreadable.html", context, 500)
     return _page(request, "audit/task.html", {"timeline": timeline, "tenant": tenant})
 
 
@@ -157,11 +172,32 @@ def read_timeline(
     """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``.
 
     The checkpoint covering the task is verified with ``verifier_keys`` (none: it cannot be).
+
+    Raises:
+        NotShownError: no such task for ``tenant`` (or expired), or no such version.
+        UnreadableLogError: the task's events no longer decode, and its verification failed.
     """
     try:
         task_id = UUID(text)
     except ValueError:
         raise NotShownError(f"{text!r} is not a task id (a task id is a UUID)") from None
+    try:
+        return _timeline(store, task_id, tenant=tenant, version=version, verifier_keys=verifier_keys)
+    except NotShownError:
+        raise
+    except Exception as error:  # noqa: BLE001 - an event that no longer decodes, if its log was altered
+        unreadable = _unreadable(store, task_id, tenant, verifier_keys, error)
+    raise unreadable
+
+
+def _timeline(
+    store: TaskApplication,
+    task_id: UUID,
+    *,
+    tenant: str,
+    version: int | None,
+    verifier_keys: tuple[VerifierKey, ...],
+) -> Timeline:
     try:
         task = store.get_visible(task_id, tenant=tenant)
     except TaskNotFoundError as error:  # missing, another tenant's or expired: told apart only by expiry
@@ -181,6 +217,30 @@ def read_timeline(
         deliveries=_deliveries(store, task_id),
         verification=verify_task(store, task_id, verifier_keys),
     )
+
+
+def _unreadable(
+    store: TaskApplication,
+    task_id: UUID,
+    tenant: str,
+    verifier_keys: tuple[VerifierKey, ...],
+    error: Exception,
+) -> Exception:
+    """What to raise when reading the task failed with ``error``: the failed verification, if it failed.
+
+    The tenant is the run queue's (which needs no event decoded), so another tenant's task is still
+    not found like a missing one. A task that verifies has an intact log: ``error`` is a fault of
+    longhaul's, raised as it is.
+    """
+    recorder = store.recorder
+    assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
+    if recorder.tenants([task_id]).get(task_id) != tenant:
+        return NotShownError(str(TaskNotFoundError(f"task {str(task_id)!r} not found")))
+    verification = verify_task(store, task_id, verifier_keys)
+    if not verification.failed:
+        return error
+    log.warning("the log of task %s cannot be read (%r) and does not verify", task_id, error)
+    return UnreadableLogError(task_id, verification, error)
 
 
 def _deliveries(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:

@@ -54,6 +54,21 @@ def flip_byte(store: TaskApplication, task_id: UUID, version: int, offset: int) 
         assert curs.rowcount == 1, f"no event at version {version} of {task_id}"
 
 
+def set_first_byte(store: TaskApplication, task_id: UUID, version: int, value: bytes) -> None:
+    """Make ``value`` the first byte of the stored state of the event at ``version`` (JSON no more)."""
+    recorder = _recorder(store)
+    table = SQL("{}.{}").format(Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name))
+    with recorder.datastore.transaction(commit=True) as curs:
+        curs.execute(
+            SQL(
+                "UPDATE {} SET state = set_byte(state, 0, %s)"
+                " WHERE originator_id = %s AND originator_version = %s"
+            ).format(table),
+            (value[0], task_id, version),
+        )
+        assert curs.rowcount == 1, f"no event at version {version} of {task_id}"
+
+
 def rechain(store: TaskApplication, task_id: UUID, start: int) -> None:
     """Rewrite the chain rows of ``task_id`` from ``start`` to its last version to match its events."""
     recorder = _recorder(store)
