@@ -149,10 +149,10 @@ class AuditReads:
     async def receipt(self, task_id: str, tenant: str) -> Document:
         """The task's receipt document (``Receipt.to_json``), or NotCheckpointed."""
         task = await self._service.visible_task(task_id, tenant)
-        log = self._store.merkle_log
-        if log is None:
+        merkle_log = self._store.merkle_log
+        if merkle_log is None:
             raise NotCheckpointedError("this store keeps no Merkle log (LONGHAUL_STORE=memory): no receipts")
-        found = await asyncio.to_thread(log.receipt, task.id)
+        found = await asyncio.to_thread(merkle_log.receipt, task.id)
         if found is None:
             raise NotCheckpointedError(
                 f"no signed checkpoint covers task {task.id} yet: the sequencer signs one every"
@@ -168,12 +168,12 @@ class AuditReads:
 
     async def latest_checkpoint(self) -> Document:
         """The latest signed checkpoint note, verbatim."""
-        log = self._store.merkle_log
-        latest = None if log is None else await asyncio.to_thread(log.latest_checkpoint)
+        merkle_log = self._store.merkle_log
+        latest = None if merkle_log is None else await asyncio.to_thread(merkle_log.latest_checkpoint)
         if latest is None:
             raise NoCheckpointError(
                 "no checkpoint is signed yet"
-                if log is not None
+                if merkle_log is not None
                 else "this store keeps no Merkle log (LONGHAUL_STORE=memory): no checkpoints"
             )
         return Document(latest.note, TEXT_MEDIA_TYPE)

@@ -203,7 +203,7 @@ def _timeline(
     except TaskNotFoundError as error:  # missing, another tenant's or expired: told apart only by expiry
         raise NotShownError(str(error)) from None
     events = list(store.history(task_id))
-    chosen = events[-1].originator_version if version is None else version
+    chosen = task.version if version is None else version
     try:
         state = task if chosen == task.version else store.task_at(task_id, chosen)
     except NoSuchVersionError as error:
