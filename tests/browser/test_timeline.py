@@ -36,6 +36,7 @@ from projections.task_wire import task_to_wire
 from store.application import TaskApplication
 from store.key_files import create_signer_key
 from store.merkle_log import catch_up
+from store.receipts import verify_receipt
 from store.signed_notes import SignerKey
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, wait_for_state, worker_id
 from tests.support.processes import wait_until
@@ -225,6 +226,16 @@ def _the_verification_follows_the_log(
     signed = catch_up(log, store.recorder.select_notifications, signer, datetime.now(UTC))
     assert signed is not None
     last = review.logged[-1].originator_version
+    # The gateway serves the key it was configured with, and the receipt that verifies with it.
+    served = httpx.get(f"{review.base}/audit/v1/log-key", timeout=30)
+    assert served.text == f"{signer.verifier()}\n"
+    receipt = httpx.get(
+        f"{review.base}/audit/v1/tasks/{review.task_id}/receipt",
+        headers={"Authorization": f"Bearer {ACME_KEY}"},
+        timeout=30,
+    )
+    assert receipt.status_code == 200, receipt.text
+    assert verify_receipt(receipt.text, served.text.splitlines()).valid
     page.reload()
     assert _statuses(page) == ("verified", "verified")
     assert page.get_attribute("#verification", "data-failed") == "false"
