@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -48,6 +49,7 @@ from domain.clock import Clock
 from domain.skill import SkillRegistry
 from projections.task_view import open_view
 from store.application import TaskApplication
+from store.signed_notes import VerifierKey
 
 JSON_MEDIA_TYPE = "application/json"
 
@@ -125,6 +127,7 @@ def create_app(
     feed: TaskFeed | None = None,
     stream_keepalive_s: float = DEFAULT_KEEPALIVE_S,
     stream_max_pending: int = DEFAULT_MAX_PENDING,
+    audit_verifier_keys: Sequence[VerifierKey] = (),
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -146,6 +149,8 @@ def create_app(
     With a task ``feed`` (NATS, over a PostgreSQL store) the gateway streams
     (``api.streams``): a comment every ``stream_keepalive_s`` on an idle stream, and a stream
     closed when more than ``stream_max_pending`` events wait for its reader.
+    ``audit_verifier_keys`` are the keys the log's checkpoints verify with (the current one
+    first): ``/audit/v1/log-key`` serves them, the timeline page verifies receipts with them.
     """
     service = A2AService(
         store=store,
@@ -186,7 +191,7 @@ def create_app(
             "max_pause": max_pause,
             "metrics": metrics_registry,
             "rest": rest,
-            "audit": AuditReads(service, store),
+            "audit": AuditReads(service, store, tuple(audit_verifier_keys)),
             "store": store,
         }
     )

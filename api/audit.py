@@ -9,6 +9,13 @@ the A2A methods: the caller's tenant is ``caller_tenant``'s (the key's; on an op
 Errors are ``google.rpc.Status`` bodies with their HTTP status, as on the HTTP+JSON binding; a
 version that is not a whole number from 1 to the task's last is InvalidParams (400) naming
 ``version``.
+
+``GET /audit/v1/tasks/{id}/receipt`` answers the task's receipt (``store.receipts``: the latest
+signed checkpoint and the inclusion proof of the task's last event it covers), scoped the same
+way; while no signed checkpoint covers the task it is NOT_CHECKPOINTED (404). The log's public
+side needs no key: ``GET /audit/v1/log-key`` answers its verifier keys, one a line, and
+``GET /audit/v1/checkpoints/latest`` the latest signed checkpoint note, for auditors and
+witnesses (both ``text/plain``; NO_VERIFIER_KEY or NO_CHECKPOINT, 404, when there is none).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from litestar import Request, Response, Router, get
@@ -28,7 +36,7 @@ from litestar.exceptions import (
 )
 from litestar.params import FromPath, Parameter
 
-from api.authentication import caller_tenant
+from api.authentication import PUBLIC, caller_tenant
 from api.errors import (
     A2AError,
     InternalError,
@@ -44,6 +52,7 @@ from projections.task_state import task_state_json
 from store.application import TaskApplication
 from store.audit_trail import audit_events, effects_document, effects_of, events_document
 from store.errors import NoSuchVersionError
+from store.signed_notes import VerifierKey
 
 JSON = dict[str, Any]
 AnyRequest = Request[Any, Any, State]
@@ -51,6 +60,9 @@ PathText = FromPath[str]
 
 AUDIT_PATH = "/audit/v1"
 MEDIA_TYPE = "application/json"
+TEXT_MEDIA_TYPE = "text/plain"
+"""Litestar adds the ``charset=utf-8``."""
+CHECKPOINT_INTERVAL_SETTING = "LONGHAUL_CHECKPOINT_INTERVAL_SECONDS"
 VERSION_RULE = "a whole number from 1 to the task's last version"
 
 log = logging.getLogger(__name__)
@@ -68,12 +80,49 @@ VersionQuery = Annotated[
 ]
 
 
-class AuditReads:
-    """The three reads, over the gateway's ``service`` (who sees which task) and ``store`` (the log)."""
+@dataclass(frozen=True)
+class Document:
+    """A read's answer written already: its text and media type (a receipt, keys, a note)."""
 
-    def __init__(self, service: A2AService, store: TaskApplication) -> None:
+    text: str
+    media_type: str
+
+
+class NotCheckpointedError(A2AError):
+    """No signed checkpoint covers the task yet, or the store keeps no Merkle log."""
+
+    reason, http_status, grpc_status = "NOT_CHECKPOINTED", 404, "NOT_FOUND"
+
+
+class NoVerifierKeyError(A2AError):
+    """The gateway knows no verifier key of the log."""
+
+    reason, http_status, grpc_status = "NO_VERIFIER_KEY", 404, "NOT_FOUND"
+    default_message = (
+        "this gateway knows no verifier key of the log: set LONGHAUL_AUDIT_KEY_FILE or"
+        " LONGHAUL_AUDIT_VERIFIER_KEYS"
+    )
+
+
+class NoCheckpointError(A2AError):
+    """No checkpoint was signed yet, or the store keeps no Merkle log."""
+
+    reason, http_status, grpc_status = "NO_CHECKPOINT", 404, "NOT_FOUND"
+
+
+class AuditReads:
+    """The reads, over the gateway's ``service`` (who sees which task), ``store`` (the log) and keys.
+
+    ``verifier_keys`` are the log's verifier keys (``wiring.audit_verifier_keys``): the current
+    one first, then those of earlier keys.
+    """
+
+    def __init__(
+        self, service: A2AService, store: TaskApplication, verifier_keys: tuple[VerifierKey, ...] = ()
+    ) -> None:
         self._service = service
         self._store = store
+        self.verifier_keys = verifier_keys
 
     async def events(self, task_id: str, tenant: str) -> JSON:
         """``{"taskId", "tenant", "events"}``: every event with its actor, fields and summary."""
@@ -97,6 +146,38 @@ class AuditReads:
         effects = await asyncio.to_thread(lambda: effects_of(self._store.history(task.id)))
         return effects_document(task.id, effects)
 
+    async def receipt(self, task_id: str, tenant: str) -> Document:
+        """The task's receipt document (``Receipt.to_json``), or NotCheckpointed."""
+        task = await self._service.visible_task(task_id, tenant)
+        merkle_log = self._store.merkle_log
+        if merkle_log is None:
+            raise NotCheckpointedError("this store keeps no Merkle log (LONGHAUL_STORE=memory): no receipts")
+        found = await asyncio.to_thread(merkle_log.receipt, task.id)
+        if found is None:
+            raise NotCheckpointedError(
+                f"no signed checkpoint covers task {task.id} yet: the sequencer signs one every"
+                f" {CHECKPOINT_INTERVAL_SETTING}"
+            )
+        return Document(found.to_json(), MEDIA_TYPE)
+
+    def log_key(self) -> Document:
+        """The log's verifier keys, one a line, the current one first."""
+        if not self.verifier_keys:
+            raise NoVerifierKeyError()
+        return Document("".join(f"{key}\n" for key in self.verifier_keys), TEXT_MEDIA_TYPE)
+
+    async def latest_checkpoint(self) -> Document:
+        """The latest signed checkpoint note, verbatim."""
+        merkle_log = self._store.merkle_log
+        latest = None if merkle_log is None else await asyncio.to_thread(merkle_log.latest_checkpoint)
+        if latest is None:
+            raise NoCheckpointError(
+                "no checkpoint is signed yet"
+                if merkle_log is not None
+                else "this store keeps no Merkle log (LONGHAUL_STORE=memory): no checkpoints"
+            )
+        return Document(latest.note, TEXT_MEDIA_TYPE)
+
 
 @get("/tasks/{task_id:str}/events", operation_id="audit_task_events")
 async def task_events(request: AnyRequest, task_id: PathText, tenant: TenantQuery = None) -> Response[bytes]:
@@ -118,9 +199,35 @@ async def task_effects(request: AnyRequest, task_id: PathText, tenant: TenantQue
     return await _serve(request, tenant, lambda reads, as_tenant: reads.effects(task_id, as_tenant))
 
 
+@get("/tasks/{task_id:str}/receipt", operation_id="audit_task_receipt")
+async def task_receipt(request: AnyRequest, task_id: PathText, tenant: TenantQuery = None) -> Response[bytes]:
+    """The task's receipt: the latest signed checkpoint and the inclusion proof of its last event in it."""
+    return await _serve(request, tenant, lambda reads, as_tenant: reads.receipt(task_id, as_tenant))
+
+
+@get("/log-key", operation_id="audit_log_key", opt={PUBLIC: True})
+async def log_key(request: AnyRequest) -> Response[bytes]:
+    """The log's verifier keys, one a line (the current one first); no key needed."""
+
+    async def read(reads: AuditReads, _: str) -> Document:
+        return reads.log_key()
+
+    return await _serve(request, None, read, public=True)
+
+
+@get("/checkpoints/latest", operation_id="audit_latest_checkpoint", opt={PUBLIC: True})
+async def latest_checkpoint(request: AnyRequest) -> Response[bytes]:
+    """The latest signed checkpoint (a C2SP signed note), for witnesses; no key needed."""
+    return await _serve(request, None, lambda reads, _: reads.latest_checkpoint(), public=True)
+
+
 def audit_router() -> Router:
     """The audit reads under ``AUDIT_PATH``."""
-    return Router(path=AUDIT_PATH, route_handlers=[task_events, task_state, task_effects], tags=["audit"])
+    return Router(
+        path=AUDIT_PATH,
+        route_handlers=[task_events, task_state, task_effects, task_receipt, log_key, latest_checkpoint],
+        tags=["audit"],
+    )
 
 
 _ACTOR: JSON = {
@@ -195,19 +302,54 @@ DOCUMENTS: dict[str, JSON] = {
             },
         },
     },
+    "/tasks/{task_id}/receipt": {
+        "type": "object",
+        "description": "a longhaul-receipt/v1 document (docs/audit.md, Receipts)",
+        "required": ["format", "leaf", "leaf_index", "inclusion_proof", "checkpoint"],
+        "properties": {
+            "format": {"const": "longhaul-receipt/v1"},
+            "leaf": {
+                "type": "object",
+                "required": ["task_id", "version", "chain_hash"],
+                "properties": {
+                    "task_id": {"type": "string", "format": "uuid"},
+                    "version": {"type": "integer", "minimum": 1},
+                    "chain_hash": {"type": "string", "description": "base64 of 32 bytes"},
+                },
+            },
+            "leaf_index": {"type": "integer", "minimum": 0},
+            "inclusion_proof": {"type": "array", "items": {"type": "string"}},
+            "checkpoint": {"type": "string", "description": "the signed checkpoint note, verbatim"},
+        },
+    },
 }
 """The JSON Schema of each read's answer (relative to ``AUDIT_PATH``), for the OpenAPI document."""
+
+TEXTS: dict[str, str] = {
+    "/log-key": "the log's verifier keys (name+keyID+base64), one a line, the current one first",
+    "/checkpoints/latest": "the latest signed checkpoint: a C2SP tlog-checkpoint in a signed note",
+}
+"""What each plain-text read answers (relative to ``AUDIT_PATH``), for the OpenAPI document."""
 
 
 def describe_audit_paths(document: JSON, status_ref: JSON) -> None:
     """Give the audit reads of an OpenAPI ``document`` their answers: the read's JSON, or a Status."""
     for route, item in document.get("paths", {}).items():
-        schema = DOCUMENTS.get(route.removeprefix(AUDIT_PATH)) if route.startswith(AUDIT_PATH + "/") else None
-        if schema is None or "get" not in item:
+        if not route.startswith(AUDIT_PATH + "/") or "get" not in item:
             continue
-        answer = {"description": "the read", "content": {MEDIA_TYPE: {"schema": schema}}}
+        relative = route.removeprefix(AUDIT_PATH)
+        if relative in DOCUMENTS:
+            answer = {"description": "the read", "content": {MEDIA_TYPE: {"schema": DOCUMENTS[relative]}}}
+        elif relative in TEXTS:
+            answer = {
+                "description": TEXTS[relative],
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        else:
+            continue
         error = {
-            "description": "a refusal (404 TaskNotFound, 400 InvalidParams, 401): a google.rpc.Status",
+            "description": "a refusal (404 TaskNotFound or NotCheckpointed, 400 InvalidParams, 401):"
+            " a google.rpc.Status",
             "content": {MEDIA_TYPE: {"schema": status_ref}},
         }
         item["get"]["responses"] = {"200": answer, "default": error}
@@ -230,12 +372,22 @@ def audit_route_error(request: AnyRequest, error: HTTPException) -> Response[byt
 
 
 async def _serve(
-    request: AnyRequest, tenant: str | None, read: Callable[[AuditReads, str], Awaitable[JSON]]
+    request: AnyRequest,
+    tenant: str | None,
+    read: Callable[[AuditReads, str], Awaitable[JSON | Document]],
+    *,
+    public: bool = False,
 ) -> Response[bytes]:
-    """One read as the caller's tenant; never raises (an unexpected failure is a logged 500)."""
+    """One read as the caller's tenant (``public``: no tenant); never raises (a failure is a logged 500).
+
+    A read's JSON is answered as ``MEDIA_TYPE``, a written ``Document`` as it is.
+    """
     try:
         reads: AuditReads = request.app.state.audit
-        return _respond(await read(reads, caller_tenant(request, tenant or None)), 200)
+        answer = await read(reads, "" if public else caller_tenant(request, tenant or None))
+        if isinstance(answer, Document):
+            return Response(content=answer.text.encode(), status_code=200, media_type=answer.media_type)
+        return _respond(answer, 200)
     except A2AError as error:
         return _error(error)
     except Exception:

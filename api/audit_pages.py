@@ -4,7 +4,9 @@
 actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
 plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
 Everything is read from the log (``store.audit_trail``, ``TaskApplication.task_at``) and the
-delivery record (``store.deliveries``) at request time; the templates (``api/templates/audit/``)
+delivery record (``store.deliveries``) at request time, with the verification status of the task's
+hash chain and of the signed checkpoint covering it (``store.task_verification``, with the log's
+verifier keys the gateway was given); the templates (``api/templates/audit/``)
 escape every value. The pages are tenant-scoped like the A2A methods (``caller_tenant``): with
 API keys a browser signs in with HTTP Basic, the key as the password (ADR 0028). Every answer
 carries a Content-Security-Policy that allows no script at all.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +42,14 @@ from store.application import TaskApplication
 from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
 from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import TaskNotFoundError
+from store.errors import NoSuchVersionError, TaskNotFoundError
+from store.memory import MemoryRunQueueRecorder
 from store.postgres import PostgresRunQueueRecorder
+from store.signed_notes import VerifierKey
+from store.task_verification import TaskVerification, verify_task
 
 AUDIT_PATH = "/audit"
+log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).parent / "templates"
 
 PAGE_HEADERS = {
@@ -73,10 +80,21 @@ class Timeline:
     """The wire ``Task`` after the event at ``chosen``."""
     deliveries: list[tuple[Delivery, list[Attempt]]] | None
     """``None``: the store keeps no delivery record (memory)."""
+    verification: TaskVerification
+    """The task's chain and the checkpoint covering it, checked as the page was read."""
 
 
 class NotShownError(LookupError):
     """A task (or a version of it) this caller cannot be shown; the message says which."""
+
+
+class UnreadableLogError(Exception):
+    """The task's events no longer decode, and its verification failed: the page shows why."""
+
+    def __init__(self, task_id: UUID, verification: TaskVerification, error: Exception) -> None:
+        super().__init__(f"the events of task {task_id} cannot be read ({type(error).__name__}: {error})")
+        self.task_id = task_id
+        self.verification = verification
 
 
 def template_config() -> TemplateConfig[JinjaTemplateEngine]:
@@ -117,11 +135,17 @@ async def task_page(request: Request[object, object, State], task_id: FromPath[s
     except A2AError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": error.message}, 400)
     store: TaskApplication = request.app.state.store
+    keys: tuple[VerifierKey, ...] = request.app.state.audit.verifier_keys
     try:
         version = _version_query(request)
-        timeline = await asyncio.to_thread(read_timeline, store, task_id, tenant=tenant, version=version)
+        timeline = await asyncio.to_thread(
+            read_timeline, store, task_id, tenant=tenant, version=version, verifier_keys=keys
+        )
     except NotShownError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)
+    except UnreadableLogError as error:
+        context = {"task_id": error.task_id, "reason": str(error), "verification": error.verification}
+        return _page(request, "audit/unreadable.html", context, 500)
     return _page(request, "audit/task.html", {"timeline": timeline, "tenant": tenant})
 
 
@@ -137,22 +161,53 @@ def is_audit_path(path: str) -> bool:
     return path == AUDIT_PATH or path.startswith(AUDIT_PATH + "/")
 
 
-def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: int | None) -> Timeline:
-    """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``."""
+def read_timeline(
+    store: TaskApplication,
+    text: str,
+    *,
+    tenant: str,
+    version: int | None,
+    verifier_keys: tuple[VerifierKey, ...] = (),
+) -> Timeline:
+    """The timeline of the task with the wire id ``text`` if ``tenant`` sees it, else ``NotShownError``.
+
+    The checkpoint covering the task is verified with ``verifier_keys`` (none: it cannot be).
+
+    Raises:
+        NotShownError: no such task for ``tenant`` (or expired), or no such version.
+        UnreadableLogError: the task's events no longer decode, and its verification failed.
+    """
     try:
         task_id = UUID(text)
     except ValueError:
         raise NotShownError(f"{text!r} is not a task id (a task id is a UUID)") from None
     try:
+        return _timeline(store, task_id, tenant=tenant, version=version, verifier_keys=verifier_keys)
+    except NotShownError:
+        raise
+    except Exception as error:  # noqa: BLE001 - an event that no longer decodes, if its log was altered
+        unreadable = _unreadable(store, task_id, tenant, verifier_keys, error)
+    raise unreadable
+
+
+def _timeline(
+    store: TaskApplication,
+    task_id: UUID,
+    *,
+    tenant: str,
+    version: int | None,
+    verifier_keys: tuple[VerifierKey, ...],
+) -> Timeline:
+    try:
         task = store.get_visible(task_id, tenant=tenant)
     except TaskNotFoundError as error:  # missing, another tenant's or expired: told apart only by expiry
         raise NotShownError(str(error)) from None
     events = list(store.history(task_id))
-    last = events[-1].originator_version
-    chosen = last if version is None else version
-    if not 1 <= chosen <= last:
-        raise NotShownError(f"task {task_id} has versions 1 to {last}, not {chosen}")
-    state = task if chosen == task.version else store.task_at(task_id, chosen)
+    chosen = task.version if version is None else version
+    try:
+        state = task if chosen == task.version else store.task_at(task_id, chosen)
+    except NoSuchVersionError as error:
+        raise NotShownError(str(error)) from None
     return Timeline(
         task=task,
         events=audit_events(events),
@@ -160,7 +215,32 @@ def read_timeline(store: TaskApplication, text: str, *, tenant: str, version: in
         chosen=chosen,
         state=task_to_wire(state),
         deliveries=_deliveries(store, task_id),
+        verification=verify_task(store, task_id, verifier_keys),
     )
+
+
+def _unreadable(
+    store: TaskApplication,
+    task_id: UUID,
+    tenant: str,
+    verifier_keys: tuple[VerifierKey, ...],
+    error: Exception,
+) -> Exception:
+    """What to raise when reading the task failed with ``error``: the failed verification, if it failed.
+
+    The tenant is the run queue's (which needs no event decoded), so another tenant's task is still
+    not found like a missing one. A task that verifies has an intact log: ``error`` is a fault of
+    longhaul's, raised as it is.
+    """
+    recorder = store.recorder
+    assert isinstance(recorder, (PostgresRunQueueRecorder, MemoryRunQueueRecorder))
+    if recorder.tenants([task_id]).get(task_id) != tenant:
+        return NotShownError(str(TaskNotFoundError(f"task {str(task_id)!r} not found")))
+    verification = verify_task(store, task_id, verifier_keys)
+    if not verification.failed:
+        return error
+    log.warning("the log of task %s cannot be read (%r) and does not verify", task_id, error)
+    return UnreadableLogError(task_id, verification, error)
 
 
 def _deliveries(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:

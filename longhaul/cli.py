@@ -72,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument(
         "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
     )
+    receipt = sub.add_parser(
+        "receipt", help="print a task's receipt: the latest signed checkpoint and its last event's proof"
+    )
+    receipt.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
+    receipt.add_argument(
+        "--out", type=Path, metavar="FILE", help="write the receipt to this file instead of printing it"
+    )
     verify = sub.add_parser("verify", help="check every task's hash chain (the store, or an archive file)")
     verify.add_argument(
         "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
@@ -200,6 +207,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     ),
     "deliveries": lambda args, settings: commands.deliveries(settings, args.task_id, as_json=args.json),
     "archive": lambda args, settings: commands.archive(settings, args.to),
+    "receipt": lambda args, settings: commands.receipt(settings, args.task_id, out=args.out),
     "verify": lambda args, settings: commands.verify(settings, args.archive),
     "tail": _tail,
     "skills": lambda _, settings: commands.skills(settings),

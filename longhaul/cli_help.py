@@ -185,6 +185,18 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
+    "receipt": (
+        (
+            "Print the receipt of a task (docs/audit.md, Receipts): the latest signed checkpoint and the"
+            " inclusion proof of the task's last event it covers, as one JSON document; --out FILE writes"
+            " it to FILE instead. It verifies offline, without longhaul: copy store/receipts.py anywhere"
+            " and run `python receipts.py verify RECEIPT.json --key VKEY` with the log's verifier key"
+            " (`up` logs it; the gateway serves it at /audit/v1/log-key). Exits 1 when the task is"
+            " unknown or no signed checkpoint covers it yet (the sequencer signs one every"
+            " LONGHAUL_CHECKPOINT_INTERVAL_SECONDS). Finds the database as `history` does."
+        ),
+        ("database_url", "database_schema", "data_dir"),
+    ),
     "verify": (
         (
             "Check every task's hash chain (docs/audit.md, Chain and Verify): each event against the"

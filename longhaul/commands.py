@@ -182,6 +182,7 @@ async def _gateway_app(
             feed=feed,
             stream_keepalive_s=settings.stream_keepalive_seconds,
             stream_max_pending=settings.stream_max_pending,
+            audit_verifier_keys=wiring.audit_verifier_keys(settings),
         )
     finally:
         if feed is not None:
@@ -690,6 +691,33 @@ def _print_history(
             print(
                 f"v{event.version:<5} {iso(event.time)}  {event.type:<22} {actor:<28} {dumps(event.fields)}"
             )
+
+
+def receipt(settings: Settings, task_id: UUID, *, out: Path | None = None) -> int:
+    """Print (or write to ``out``) the task's receipt document (``MerkleLog.receipt``)."""
+    with _store_for_reading(settings, "receipt") as store:
+        try:
+            store.get(task_id)
+        except TaskNotFoundError:
+            raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
+        merkle_log = store.merkle_log
+        assert merkle_log is not None  # _store_for_reading refuses a memory store
+        found = merkle_log.receipt(task_id)
+    if found is None:
+        raise CommandError(
+            f"no signed checkpoint covers task {task_id} yet: the sequencer signs one every"
+            " LONGHAUL_CHECKPOINT_INTERVAL_SECONDS; ask again after the next"
+        )
+    document = found.to_json()
+    if out is None:
+        sys.stdout.write(document)
+        return 0
+    try:
+        out.write_text(document, encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"cannot write the receipt to {out}: {error.strerror or error}") from None
+    print(f"receipt of task {task_id} at version {found.version} written to {out}")
+    return 0
 
 
 def deliveries(settings: Settings, task_id: UUID, *, as_json: bool) -> int:

@@ -147,10 +147,12 @@ class TaskApplication(Application[UUID]):
             TaskNotFoundError: No such task.
             NoSuchVersionError: ``version`` is not between 1 and the task's last version.
         """
-        last = self.get(task_id).version
-        if not 1 <= version <= last:
-            raise NoSuchVersionError(task_id, version, last)
-        return self.get(task_id, version=version)
+        if version < 1:
+            raise NoSuchVersionError(task_id, version, self.get(task_id).version)
+        task = self.get(task_id, version=version)  # asked past its last version, the task as it is
+        if task.version != version:
+            raise NoSuchVersionError(task_id, version, task.version)
+        return task
 
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
         """Rebuild several tasks with two queries in all (missing ids are left out).

@@ -30,6 +30,7 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
 from tests.api.support import A2A_HEADERS, Advance, http_client, user_message
+from tests.support.tampering import set_first_byte
 
 JSON = dict[str, Any]
 
@@ -124,6 +125,22 @@ class TestTheTaskPage:
         assert "client default" in response.text
         assert "effect revoke:alice recorded" in response.text
 
+    async def test_the_verification_of_a_memory_store_is_its_chain_alone(
+        self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+    ) -> None:
+        task_id = await _a_full_task(http, store, advance)
+        page = (await http.get(f"/audit/tasks/{task_id}")).text
+        assert re.findall(
+            r'<div id="(\w+)-verification" class="verification (\w+)" data-status="\w+"', page
+        ) == [
+            ("chain", "verified"),
+            ("checkpoint", "unavailable"),
+        ]
+        assert "all 8 events match their chained hashes" in page
+        assert "this store keeps no Merkle log (LONGHAUL_STORE=memory)" in page
+        assert 'data-failed="false"' in page
+        assert 'role="alert"' not in page
+
     async def test_every_value_from_the_log_is_escaped_and_no_script_may_run(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
     ) -> None:
@@ -191,7 +208,7 @@ class TestTheTaskPage:
         assert posted.headers["content-type"].startswith("text/html")
         beyond = await http.get(f"/audit/tasks/{task_id}", params={"version": 9})
         assert beyond.status_code == 404
-        assert "has versions 1 to 8, not 9" in beyond.text
+        assert "has versions 1 to 8; there is no version 9" in beyond.text
 
     async def test_an_expired_task_says_it_expired(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
@@ -305,6 +322,30 @@ async def test_the_webhook_deliveries_are_shown_with_every_attempt(
     assert "delivered at" in rows
     assert re.search(r"503, 12\.5 ms, retry</li>\s*<li>[^<]*: 200, 8\.0 ms, delivered</li>", rows)
     assert html.escape("<script>window.pwned = 1</script>", quote=False) in rows
+
+
+@pytest.mark.postgres  # the events altered with SQL
+async def test_a_log_that_no_longer_decodes_shows_its_failed_verification(
+    http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+) -> None:
+    task_id = await _a_full_task(http, store, advance)
+    missing_id = uuid4()
+    missing = (await http.get(f"/audit/tasks/{missing_id}", params={"tenant": "globex"})).text
+    set_first_byte(store, task_id, 4, b"X")  # the answer's event: no longer JSON
+
+    response = await http.get(f"/audit/tasks/{task_id}")
+
+    assert response.status_code == 500
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")
+    page = response.text
+    assert "its log cannot be read" in page
+    assert re.findall(r'<li class="fault" data-version="(\d+)">', page) == ["4"]
+    assert 'id="chain-verification" class="verification failed" data-status="failed" role="alert"' in page
+    assert "hash-mismatch: the event does not match its hash" in page
+    assert "approve" not in page  # nothing of the task is shown but its id
+    foreign = await http.get(f"/audit/tasks/{task_id}", params={"tenant": "globex"})
+    assert foreign.status_code == 404
+    assert foreign.text == missing.replace(str(missing_id), str(task_id))  # told apart from a missing one: no
 
 
 @settings(

@@ -6,6 +6,12 @@ is SIGKILLed mid-fetch, the other one resumes it, it pauses for the owners' appr
 in with the tenant's API key as the HTTP Basic password, finds the task with the search form,
 sees every event of the log, clicks a version to see the state then, and sees the effects and
 the artifact. Another tenant's key, and no key, see nothing of it.
+
+The page also shows the verification of the task's hash chain and of the signed checkpoint
+covering it: pending until a checkpoint is signed (``store.merkle_log.catch_up`` stands in for
+the sequencer), then verified. After the test changes one byte of an event in the events table,
+the chain fails naming that version; after it also rewrites the chain rows to match (the chain
+alone checks), the checkpoint fails, naming the versions from the altered one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -26,8 +34,13 @@ from api.api_keys import key_id_of
 from domain.task import Task
 from projections.task_wire import task_to_wire
 from store.application import TaskApplication
+from store.key_files import create_signer_key
+from store.merkle_log import catch_up
+from store.receipts import verify_receipt
+from store.signed_notes import SignerKey
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, wait_for_state, worker_id
 from tests.support.processes import wait_until
+from tests.support.tampering import alter_event, rechain
 
 JSON = dict[str, Any]
 
@@ -101,8 +114,9 @@ class Review:
     done: Task
 
 
-def _a_review_with_a_crash_and_a_pause(cluster: Cluster, store: TaskApplication) -> Review:
+def _a_review_with_a_crash_and_a_pause(cluster: Cluster, store: TaskApplication, audit_key: Path) -> Review:
     cluster.overrides["api_keys"] = KEYS
+    cluster.overrides["audit_key_file"] = str(audit_key)  # the gateway verifies checkpoints with it
     cluster.fake_iam()
     workers = cluster.workers(2)
     base = cluster.gateway()
@@ -131,9 +145,10 @@ def _a_review_with_a_crash_and_a_pause(cluster: Cluster, store: TaskApplication)
 
 
 def test_the_page_of_a_paused_and_crashed_task_shows_its_whole_history(
-    cluster: Cluster, store: TaskApplication, browser: Browser
+    cluster: Cluster, store: TaskApplication, browser: Browser, tmp_path: Path
 ) -> None:
-    review = _a_review_with_a_crash_and_a_pause(cluster, store)
+    signer = create_signer_key(tmp_path / "audit-key", "longhaul/browser.test")
+    review = _a_review_with_a_crash_and_a_pause(cluster, store, tmp_path / "audit-key")
     base, task_id, logged = review.base, review.task_id, review.logged
     dialogs: list[str] = []
 
@@ -180,8 +195,81 @@ def test_the_page_of_a_paused_and_crashed_task_shows_its_whole_history(
     assert "Access review" in report.inner_text()
     assert page.evaluate("typeof window.pwned") == "undefined"
 
+    _the_verification_follows_the_log(page, store, review, signer)
     _others_see_nothing_of(browser, base, task_id, dialogs)
     assert dialogs == []
+
+
+def _statuses(page: Page) -> tuple[str | None, str | None]:
+    return (
+        page.get_attribute("#chain-verification", "data-status"),
+        page.get_attribute("#checkpoint-verification", "data-status"),
+    )
+
+
+def _faults(page: Page, check: str) -> list[int]:
+    items = page.locator(f"#{check}-verification li.fault")
+    return [int(items.nth(i).get_attribute("data-version") or 0) for i in range(items.count())]
+
+
+def _the_verification_follows_the_log(
+    page: Page, store: TaskApplication, review: Review, signer: SignerKey
+) -> None:
+    """Pending, verified once signed, then failed after each alteration of the log, naming the version."""
+    page.goto(f"{review.base}/audit/tasks/{review.task_id}")
+    assert _statuses(page) == ("verified", "pending")
+    assert "not yet in a signed checkpoint" in page.inner_text("#checkpoint-verification")
+    assert page.locator("#verification [role=alert]").count() == 0
+
+    log = store.merkle_log
+    assert log is not None
+    signed = catch_up(log, store.recorder.select_notifications, signer, datetime.now(UTC))
+    assert signed is not None
+    last = review.logged[-1].originator_version
+    # The gateway serves the key it was configured with, and the receipt that verifies with it.
+    served = httpx.get(f"{review.base}/audit/v1/log-key", timeout=30)
+    assert served.text == f"{signer.verifier()}\n"
+    receipt = httpx.get(
+        f"{review.base}/audit/v1/tasks/{review.task_id}/receipt",
+        headers={"Authorization": f"Bearer {ACME_KEY}"},
+        timeout=30,
+    )
+    assert receipt.status_code == 200, receipt.text
+    assert verify_receipt(receipt.text, served.text.splitlines()).valid
+    page.reload()
+    assert _statuses(page) == ("verified", "verified")
+    assert page.get_attribute("#verification", "data-failed") == "false"
+    shown = page.inner_text("#checkpoint-verification")
+    assert (
+        f"versions 1 to {last} are in the checkpoint of size {signed.size} signed by {signer.name}+" in shown
+    )
+    assert "FAILED" not in page.inner_text("#verification")
+
+    # One byte of the answer's event changed in the events table: the chain fails at that version.
+    answered = next(e for e in review.logged if kind(e) == "InputReceived").originator_version
+    alter_event(store, review.task_id, answered, b"approved")
+    page.reload()
+    assert _statuses(page) == ("failed", "verified")
+    assert page.get_attribute("#chain-verification", "role") == "alert"
+    assert page.get_attribute("#verification", "data-failed") == "true"
+    assert "FAILED" in page.inner_text("#verification h2")
+    assert _faults(page, "chain") == [answered]
+    assert f"version {answered}: hash-mismatch" in page.inner_text("#chain-verification li.fault")
+    assert page.get_attribute(f"#v{answered}", "class") == "faulty"
+    assert "Xpproved" in page.inner_text(f"#v{answered} td.summary")  # the page shows what is stored
+
+    # The chain rewritten to match: the chain alone checks, the signed checkpoint does not.
+    rechain(store, review.task_id, answered)
+    page.reload()
+    assert _statuses(page) == ("verified", "failed")
+    assert page.get_attribute("#checkpoint-verification", "role") == "alert"
+    assert "FAILED" in page.inner_text("#verification h2")
+    assert _faults(page, "checkpoint") == list(range(answered, last + 1))
+    first = page.locator("#checkpoint-verification li.fault").first.inner_text()
+    assert first.startswith(
+        f"version {answered}: its stored chain hash is not the one the Merkle log took in"
+    )
+    assert page.locator("#timeline tr.faulty").count() == last - answered + 1
 
 
 def _others_see_nothing_of(browser: Browser, base: str, task_id: UUID, dialogs: list[str]) -> None:
