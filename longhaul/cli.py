@@ -52,6 +52,34 @@ def _parser() -> argparse.ArgumentParser:
     iam = sub.add_parser("fake-iam", help="run the fake IAM service the access-review skill calls")
     iam.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     iam.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
+    _audit_commands(sub)
+    tail = sub.add_parser("tail", help="print live task events from NATS, one line each")
+    tail.add_argument("--tenant", help="only this tenant's tasks")
+    tail.add_argument("--task", type=UUID, metavar="TASK_ID", help="only this task's events")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--from-start", action="store_true", help="start with every event the stream keeps")
+    start.add_argument(
+        "--since", type=_since, metavar="WHEN", help="start at a time (ISO 8601) or a duration ago (PT1H)"
+    )
+    tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
+    sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
+    sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
+    keys = sub.add_parser("keys", help="API keys: mint one for a tenant and print its key file line")
+    key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION", help="new")
+    new_key = key_actions.add_parser("new", help="mint a key; print it and the line for the key file")
+    new_key.add_argument("tenant", metavar="TENANT", help="the tenant the key authenticates as")
+    erase = sub.add_parser(
+        "erase", help="destroy the secret keys of a tenant's tasks: their secrets become unreadable"
+    )
+    erase.add_argument("--tenant", required=True, metavar="TENANT", help="the tenant whose keys go")
+    cli_help.describe_main(parser)
+    for name, command in sub.choices.items():
+        cli_help.describe(name, command)
+    return parser
+
+
+def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that read a task's log: history, deliveries, archive, receipt, verify."""
     history = sub.add_parser("history", help="print every event of a task with its actor, in order")
     history.add_argument("task_id", type=UUID, metavar="TASK_ID", help="the task's id (a UUID)")
     history.add_argument("--json", action="store_true", help="one JSON document, for machines")
@@ -83,29 +111,6 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
     )
-    tail = sub.add_parser("tail", help="print live task events from NATS, one line each")
-    tail.add_argument("--tenant", help="only this tenant's tasks")
-    tail.add_argument("--task", type=UUID, metavar="TASK_ID", help="only this task's events")
-    start = tail.add_mutually_exclusive_group()
-    start.add_argument("--from-start", action="store_true", help="start with every event the stream keeps")
-    start.add_argument(
-        "--since", type=_since, metavar="WHEN", help="start at a time (ISO 8601) or a duration ago (PT1H)"
-    )
-    tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
-    sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
-    sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
-    keys = sub.add_parser("keys", help="API keys: mint one for a tenant and print its key file line")
-    key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION", help="new")
-    new_key = key_actions.add_parser("new", help="mint a key; print it and the line for the key file")
-    new_key.add_argument("tenant", metavar="TENANT", help="the tenant the key authenticates as")
-    erase = sub.add_parser(
-        "erase", help="destroy the secret keys of a tenant's tasks: their secrets become unreadable"
-    )
-    erase.add_argument("--tenant", required=True, metavar="TENANT", help="the tenant whose keys go")
-    cli_help.describe_main(parser)
-    for name, command in sub.choices.items():
-        cli_help.describe(name, command)
-    return parser
 
 
 def _version(text: str) -> int:
