@@ -128,9 +128,11 @@ class LeafPass:
     purged_leaves: int = 0
     tree: MerkleTree = field(default_factory=MerkleTree)
     _next: int = 0
-    _gap: tuple[int, int] | None = None
+    _gap: int | None = None
+    """The first missing leaf index: no root or subtree is recomputed past it."""
     _checked: int = 0
     _missing: dict[UUID, list[Leaf]] = field(default_factory=dict)
+    _bad: set[Node] = field(default_factory=set)
 
     def page(
         self,
@@ -140,6 +142,7 @@ class LeafPass:
     ) -> list[LogFault]:
         """The faults of a page of leaves (in index order, following the last page's)."""
         faults: list[LogFault] = []
+        roots: list[LogFault] = []
         completed: list[tuple[Node, bytes]] = []
         for leaf in leaves:
             self.leaves += 1
@@ -152,22 +155,27 @@ class LeafPass:
                     )
                 )
                 if self._gap is None:
-                    self._gap = (self._next, leaf.index - 1)
+                    self._gap = self._next
             self._next = leaf.index + 1
             faults += self._leaf(leaf, in_log.get((leaf.task_id, leaf.version)))
             if self._gap is None:
                 completed += self.tree.append(leaf.leaf_hash)
-                faults += self._roots()
+                roots += self._roots()
         stored = stored_nodes([node for node, _ in completed])
         for node, node_hash in completed:
             found = stored.get(node)
             if found == node_hash:
                 continue
+            children = (Node(node.level - 1, 2 * node.position), Node(node.level - 1, 2 * node.position + 1))
+            if node.level and any(child in self._bad for child in children):
+                self._bad.add(node)  # follows from the subtree below, named already
+                continue
+            self._bad.add(node)
             start = node.position << node.level
             subject = leaves_subject(start, start + (1 << node.level) - 1)
-            what = "is gone" if found is None else "is not the one its leaves give: it was altered"
+            what = "is gone" if found is None else "is not the one its leaves give: it or a leaf was altered"
             faults.append(LogFault(subject, "subtree-mismatch", f"the stored hash of this subtree {what}"))
-        return faults
+        return faults + roots
 
     def _leaf(self, leaf: Leaf, at: InLog | None) -> list[LogFault]:
         key = (leaf.task_id, leaf.version)
@@ -248,13 +256,13 @@ class LeafPass:
                     "gone from the tree: deleted behind longhaul's back",
                 )
             )
-        gap = self._gap or (self._next, signed - 1)
+        gone = self._gap if self._gap is not None else self._next
         for checkpoint in self.checkpoints[self._checked :]:
             faults.append(
                 LogFault(
                     f"checkpoint {checkpoint.size}",
                     "root-mismatch",
-                    f"its root cannot be recomputed: {leaves_subject(*gap)} are gone",
+                    f"its root cannot be recomputed: leaves from index {gone} are gone",
                 )
             )
         return faults
