@@ -96,16 +96,10 @@ def test_a_paused_crashed_completed_task_verifies_and_a_changed_byte_is_named(
     offline = _offline(receipt, verifier, tmp_path / "auditor")
     assert offline.returncode == 0, offline.stdout + offline.stderr
     assert offline.stdout.startswith(f"valid: task {task_id} at version {receipt.version} is leaf")
-    first = (
-        bytearray(receipt.inclusion_proof[0]) if receipt.inclusion_proof else bytearray(receipt.chain_hash)
-    )
-    first[0] ^= 0x01
-    if receipt.inclusion_proof:
-        changed = Receipt(
-            **{**vars(receipt), "inclusion_proof": (bytes(first), *receipt.inclusion_proof[1:])}
-        )
-    else:
-        changed = Receipt(**{**vars(receipt), "chain_hash": bytes(first)})
+    assert receipt.inclusion_proof  # a tree of more than one leaf
+    first = bytearray(receipt.inclusion_proof[0])
+    first[0] ^= 0x01  # one byte of the proof
+    changed = Receipt(**{**vars(receipt), "inclusion_proof": (bytes(first), *receipt.inclusion_proof[1:])})
     assert base64.b64encode(bytes(first)).decode() in changed.to_json()
     offline = _offline(changed, verifier, tmp_path / "auditor-2")
     assert offline.returncode == 1, offline.stdout + offline.stderr
