@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument(
         "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
     )
-    verify = sub.add_parser("verify", help="check every task's hash chain (the store, or an archive file)")
+    verify = sub.add_parser(
+        "verify", help="check every chain and the signed checkpoints (the store), or an archive file"
+    )
     verify.add_argument(
         "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
     )
