@@ -384,3 +384,40 @@ def test_a_task_whose_chain_has_a_fault_is_refused_and_stays(
     log = store.merkle_log
     assert log is not None
     assert set(log.purged_tasks()) == {good.id}
+
+
+def test_the_cli_says_what_it_left_and_refused_and_exits_1_on_a_refusal(
+    store: TaskApplication,
+    store_config: StoreConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    good, bad = _expired(store), _expired(store)
+    _signed(store)
+    late = _expired(store)
+    assert main(["archive", "--to", str(tmp_path)]) == 0  # good and bad archived, late left
+    out, err = capsys.readouterr()
+    assert Path(out.strip()).is_file()
+    assert "archived 2 tasks" in err
+    assert "; 1 not yet in a signed checkpoint and stay" in err
+    assert store.get(late.id).expired
+    assert _gone(store, good.id)
+    assert _gone(store, bad.id)
+
+    _signed(store)
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{store_config.schema}".{CHAIN_TABLE} SET hash = sha256(hash)'
+            " WHERE task_id = %s AND version = 1",
+            (late.id,),
+        )
+    assert main(["archive", "--to", str(tmp_path / "b")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "nothing archived; 1 refused for faults (named above), not archived\n"
+    assert f"refused: task {late.id} version 1: hash-mismatch" in err
+    assert store.get(late.id).expired
