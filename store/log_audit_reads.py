@@ -155,7 +155,7 @@ def audit_store(
     for found in audit.finish(reads.present(audit.missing_tasks())):
         fault(found)
     position = log.position()
-    for at, task_id, version in reads.unleafed(position, page):
+    for at, task_id, version in reads.unleafed(position, page) if position else ():
         if (task_id, version) not in named:
             fault(
                 LogFault(
