@@ -107,7 +107,9 @@ def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     receipt.add_argument(
         "--out", type=Path, metavar="FILE", help="write the receipt to this file instead of printing it"
     )
-    verify = sub.add_parser("verify", help="check every task's hash chain (the store, or an archive file)")
+    verify = sub.add_parser(
+        "verify", help="check every chain and the signed checkpoints (the store), or an archive file"
+    )
     verify.add_argument(
         "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
     )

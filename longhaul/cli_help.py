@@ -180,8 +180,10 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " their chain hashes, snapshots, run-queue row, current-task view row and webhook"
             " deliveries, one transaction per task. A run stopped early purges nothing unverified;"
             " run it again. Finds the database as `history` does. Each event goes with its chain"
-            " hash (`longhaul verify --archive FILE` checks them). Format: docs/audit.md, The archive"
-            " format."
+            " hash, and each task's events with the receipt of its last one (`longhaul verify --archive"
+            " FILE` checks them). A task no signed checkpoint covers yet stays for a later run; one"
+            " whose chain has a fault is refused, named on stderr, and the run exits 1. Format:"
+            " docs/audit.md, The archive format."
         ),
         ("database_url", "database_schema", "data_dir"),
     ),
@@ -200,13 +202,18 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "verify": (
         (
             "Check every task's hash chain (docs/audit.md, Chain and Verify): each event against the"
-            " hash stored beside it, chained to the one before. Prints one line per fault, naming the"
-            " task, the version and what is wrong (missing-version, event-deleted, extra-event,"
-            " hash-mismatch, out-of-order), then a summary with counts; progress on stderr every few"
-            " seconds. Exits 1 if any fault, else 0. With --archive FILE it checks an archive file"
-            " (`longhaul archive`) and needs no database. Finds the database as `history` does."
+            " hash stored beside it, chained to the one before; then the Merkle log against the signed"
+            " checkpoints, with the verifier keys (the signer key's file, LONGHAUL_AUDIT_VERIFIER_KEYS):"
+            " each checkpoint's signature, every leaf against the log, every subtree and signed root,"
+            " the consistency of consecutive checkpoints. Prints one line per fault, naming the task"
+            " and version (or the checkpoint, or the leaves) and what is wrong (missing-version,"
+            " event-deleted, extra-event, hash-mismatch, out-of-order, deleted, not-in-log,"
+            " not-in-tree, leaf-mismatch, root-mismatch, inconsistent, ...), then a summary with"
+            " counts; progress on stderr every few seconds. Exits 1 if any fault, else 0. With"
+            " --archive FILE it checks an archive file's chains and receipts (`longhaul archive`) and"
+            " needs no database. Finds the database as `history` does."
         ),
-        ("database_url", "database_schema", "data_dir"),
+        ("database_url", "database_schema", "data_dir", "audit_key_file", "audit_verifier_keys"),
     ),
     "tail": (
         (

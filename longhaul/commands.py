@@ -46,9 +46,13 @@ from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
 from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
 from store.errors import NoSuchVersionError, TaskNotFoundError
+from store.log_audit import receipt_faults
+from store.log_audit_reads import LogAuditReads, LogReport, audit_store
+from store.merkle_log import MerkleLog
 from store.migrations import SchemaTooNewError
 from store.postgres import PostgresRunQueueRecorder
-from store.signed_notes import SignerKey
+from store.receipts import Receipt
+from store.signed_notes import SignerKey, VerifierKey
 from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
 from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
@@ -791,44 +795,146 @@ def _delivery_json(delivery: Delivery, attempts: list[Attempt]) -> dict[str, Any
 
 
 def archive(settings: Settings, directory: Path) -> int:
-    """Archive every expired task to one verified file in ``directory``, then purge them."""
+    """Archive every expired task to one verified file in ``directory``, then purge them.
+
+    1 if a task was refused for a fault in its chain (named on stderr), else 0.
+    """
     with _store_for_reading(settings, "archive") as store:
         try:
             run = archive_expired(store, directory, clock=wiring.system_clock(settings))
         except ArchiveError as error:
             raise CommandError(str(error)) from error
+    left = (
+        f"; {len(run.unsequenced)} not yet in a signed checkpoint and stay" if run.unsequenced else ""
+    ) + (f"; {len(run.refused)} refused for faults (named above), not archived" if run.refused else "")
+    for faults in run.refused.values():
+        for fault in faults:
+            print(f"refused: {fault}", file=sys.stderr)
     if run.path is None:
-        print("no expired tasks: nothing archived")
-        return 0
+        print(("nothing archived" + left) if left else "no expired tasks: nothing archived")
+        return 1 if run.refused else 0
     print(run.path)
     print(
         f"archived {run.tasks} tasks ({run.events} events), verified; purged {len(run.purged)}"
-        + (f"; {len(run.skipped)} changed meanwhile and stay" if run.skipped else ""),
+        + (f"; {len(run.skipped)} changed meanwhile and stay" if run.skipped else "")
+        + left,
         file=sys.stderr,
     )
-    return 0
+    return 1 if run.refused else 0
 
 
 VERIFY_PROGRESS_S = 2.0
 """``verify`` reports progress on stderr at most this often (a store checked in less says nothing)."""
+VERIFY_NAMED_LIMIT = 100_000
+"""Chain faults remembered so that the log audit does not name their versions again (beyond: it may)."""
 
 
 def verify(settings: Settings, archive: Path | None = None) -> int:
-    """Check every task's hash chain, in the store or an archive file; 1 if any fault, else 0."""
+    """Check every chain and the Merkle log against the signed checkpoints; 1 if any fault, else 0.
+
+    With ``archive``: the file's chains and (format version 3) receipts instead.
+    """
     if archive is not None:
-        try:
-            report = _verify(archive_histories(archive), str(archive))
-        except ArchiveError as error:
-            raise CommandError(str(error)) from error
+        return _verify_archive(settings, archive)
+    with _store_for_reading(settings, "verify") as store:
+        recorder = store.recorder
+        merkle_log = store.merkle_log
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        assert merkle_log is not None
+        signed = merkle_log.latest_checkpoint() is not None
+        keys = _verifier_keys(settings, needed=signed)
+        where = f"schema {settings.database_schema}"
+        named: set[tuple[UUID, int]] = set()
+        chains = _verify(recorder.chained_histories(), where, named=named, summary=False)
+        checked = _verify_log(merkle_log, LogAuditReads(recorder), keys, named)
+    counts = (
+        f"{chains.tasks} tasks, {chains.events} events, {checked.leaves} leaves, {checked.checkpoints}"
+        f" checkpoints, {checked.purged} purged, {checked.unsequenced} not yet sequenced"
+    )
+    if not signed:
+        print(f"{where}: no signed checkpoint yet: only the chains were checked against the log")
+    faults = chains.faults + checked.faults
+    if faults:
+        print(
+            f"{where}: {faults} faults ({chains.faults} in chains,"
+            f" {checked.faults} in the signed log; {counts})"
+        )
     else:
-        with _store_for_reading(settings, "verify") as store:
-            recorder = store.recorder
-            assert isinstance(recorder, PostgresRunQueueRecorder)
-            report = _verify(recorder.chained_histories(), f"schema {settings.database_schema}")
-    return 1 if report.faults else 0
+        print(f"{where}: every chain and the signed log verify ({counts})")
+    return 1 if faults else 0
 
 
-def _verify(histories: Iterable[tuple[UUID, Sequence[ChainRow]]], where: str) -> ChainReport:
+def _verifier_keys(settings: Settings, *, needed: bool) -> list[VerifierKey]:
+    """The keys checkpoints verify with; a ``CommandError`` when there are checkpoints and none."""
+    keys = wiring.audit_verifier_keys(settings)
+    if needed and not keys:
+        raise CommandError(
+            "no verifier key to check the signed checkpoints with: set LONGHAUL_AUDIT_KEY_FILE"
+            " (the signer key's file) or LONGHAUL_AUDIT_VERIFIER_KEYS"
+        )
+    return keys
+
+
+def _verify_log(
+    merkle_log: MerkleLog, reads: LogAuditReads, keys: Sequence[VerifierKey], named: set[tuple[UUID, int]]
+) -> LogReport:
+    started = last = time.monotonic()
+
+    def progress(report: LogReport) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= VERIFY_PROGRESS_S:
+            last = now
+            print(
+                f"verify: {report.leaves} leaves checked ({now - started:.0f} s),"
+                f" {report.faults} faults so far",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return audit_store(merkle_log, reads, keys, named=named, on_fault=print, on_page=progress)
+
+
+def _verify_archive(settings: Settings, path: Path) -> int:
+    """Check an archive file: every task's chain, and (format version 3) its receipt with the keys."""
+    try:
+        version, histories = archive_histories(path)
+        keys = _verifier_keys(settings, needed=version >= 3)
+        receipts: dict[UUID, tuple[Receipt | None, ChainRow | None]] = {}
+
+        def pairs() -> Iterator[tuple[UUID, Sequence[ChainRow]]]:
+            for history in histories:
+                receipts[history.task_id] = (history.receipt, history.rows[-1] if history.rows else None)
+                yield history.task_id, history.rows
+
+        chains = _verify(pairs(), str(path), summary=version < 3)
+    except ArchiveError as error:
+        raise CommandError(str(error)) from error
+    if version < 3:
+        return 1 if chains.faults else 0
+    faults = 0
+    for task_id, (receipt, last) in receipts.items():
+        for fault in receipt_faults(task_id, receipt, last, keys):
+            faults += 1
+            print(fault)
+    counts = f"{chains.tasks} tasks, {chains.events} events, {len(receipts)} receipts"
+    if chains.faults + faults:
+        print(
+            f"{path}: {chains.faults + faults} faults ({chains.faults} in chains,"
+            f" {faults} in receipts; {counts})"
+        )
+        return 1
+    print(f"{path}: every chain and receipt verifies ({counts})")
+    return 0
+
+
+def _verify(
+    histories: Iterable[tuple[UUID, Sequence[ChainRow]]],
+    where: str,
+    *,
+    named: set[tuple[UUID, int]] | None = None,
+    summary: bool = True,
+) -> ChainReport:
     started = last = time.monotonic()
 
     def progress(report: ChainReport) -> None:
@@ -845,8 +951,12 @@ def _verify(histories: Iterable[tuple[UUID, Sequence[ChainRow]]], where: str) ->
 
     def fault(found: ChainFault) -> None:
         print(found)
+        if named is not None and len(named) < VERIFY_NAMED_LIMIT:
+            named.add((found.task_id, found.version))
 
     report = verify_chains(histories, on_fault=fault, on_task=progress)
+    if not summary:
+        return report
     if report.faults:
         print(
             f"{where}: {report.faults} faults in {report.faulty_tasks} of {report.tasks} tasks"

@@ -34,6 +34,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
+from store.merkle_log import PURGED_TABLE
 from store.run_queue import RUN_QUEUE_TABLE, RunQueueRow, StoredHistory
 from store.task_keys import KeyChanges, PostgresTaskKeys
 
@@ -396,12 +397,23 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         )
         return [(r["task_id"], r["tenant"]) for r in rows]
 
-    def purge(self, task_id: UUID, *, version: int, also: Sequence[str] = ()) -> bool:
-        """Delete one task's events, snapshots and run-queue row, in one transaction.
+    def purge(
+        self,
+        task_id: UUID,
+        *,
+        version: int,
+        archive_file: str,
+        purged_at: datetime,
+        also: Sequence[str] = (),
+    ) -> bool:
+        """Delete one task's events, snapshots, chain hashes and run-queue row, in one transaction.
 
         Only if its last event is still at ``version`` (what was archived); ``also`` names more
         tables of the schema with a ``task_id`` column whose row goes in the same transaction
-        (the current-task view). Returns whether the task was purged.
+        (the current-task view). The same transaction records the task as purged, with its last
+        version and the archive file that holds it (``store.merkle_log.PURGED_TABLE``: its leaves
+        stay in the Merkle tree, and ``verify`` takes their events' absence for a purge). Returns
+        whether the task was purged.
         """
         schema = Identifier(self.datastore.schema)
         with self.datastore.transaction(commit=True) as curs:
@@ -427,6 +439,15 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                     ),
                     (task_id,),
                 )
+            curs.execute(
+                SQL(
+                    "INSERT INTO {}.{} (task_id, last_version, archive_file, purged_at)"
+                    " VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (task_id) DO UPDATE SET last_version = excluded.last_version,"
+                    " archive_file = excluded.archive_file, purged_at = excluded.purged_at"
+                ).format(schema, Identifier(PURGED_TABLE)),
+                (task_id, version, archive_file, purged_at),
+            )
         return True
 
     # ------------------------------------------------------------------ chains

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -26,6 +26,8 @@ from projections.event_json import dumps
 from projections.task_state import task_state_json
 from store.application import TaskApplication
 from store.config import StoreConfig
+from store.merkle_log import catch_up
+from store.signed_notes import SignerKey
 from tests.support.audited_task import (
     CLIENT_KEY,
     PROGRESS_REPORTS,
@@ -204,6 +206,11 @@ def test_the_same_reads_from_an_archive_file(
         *(["--at-version", str(v), "--json"] for v in _milestones(audited)),
     ]
     from_store = [cli("history", str(audited.task_id), *flags) for flags in reads]
+    log = postgres_store.merkle_log
+    assert log is not None  # a task is archived once a signed checkpoint covers it
+    catch_up(
+        log, postgres_store.recorder.select_notifications, SignerKey.generate("longhaul/t"), datetime.now(UTC)
+    )
 
     code, out, _ = cli("archive", "--to", str(tmp_path))
     assert code == 0

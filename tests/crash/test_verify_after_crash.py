@@ -3,12 +3,21 @@
 Real processes on real PostgreSQL: two workers run an access review; the one holding it is
 SIGKILLed mid-fetch, the other resumes it, it pauses for the owners' approval, the answer comes
 (appended by this process, as the gateway would), and it completes. Its events were written by
-three processes, none of which knew the chain heads of the others' commits. ``longhaul verify``
-passes; one byte changed behind longhaul's back is then named, and nothing else.
+three processes, none of which knew the chain heads of the others' commits. Once sequenced and
+signed (``catch_up``, as the sequencer would), ``longhaul verify`` passes against the checkpoint,
+and the task's receipt verifies offline: ``store/receipts.py`` copied alone into an empty directory
+and run there by an isolated interpreter; with one byte of its proof changed, it does not. One
+byte of an event changed behind longhaul's back is then named, and nothing else.
 """
 
 from __future__ import annotations
 
+import base64
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 from uuid import UUID
 
 import psycopg
@@ -16,19 +25,39 @@ from psycopg import sql
 
 from store.application import TaskApplication
 from store.config import StoreConfig
+from store.key_files import create_signer_key
+from store.merkle_log import catch_up
+from store.receipts import Receipt
 from tests.crash.cluster import Cluster, answer, events, holder_pid, of_kind, submit, wait_for_state
 from tests.support.processes import wait_until
 
 SYSTEMS = 6
 KILL_AFTER = 3
+RECEIPTS_PY = Path(__file__).resolve().parents[2] / "store" / "receipts.py"
 
 
 def _fetched(store: TaskApplication, task_id: UUID) -> int:
     return len(store.get(task_id).checkpoint.get("fetched", []))
 
 
+def _offline(receipt: Receipt, key: str, directory: Path) -> subprocess.CompletedProcess[str]:
+    """``python receipts.py verify RECEIPT --key VKEY`` in a directory holding that one file only."""
+    directory.mkdir()
+    shutil.copy(RECEIPTS_PY, directory / "receipts.py")
+    (directory / "receipt.json").write_text(receipt.to_json())
+    return subprocess.run(
+        [sys.executable, "-I", "receipts.py", "verify", "receipt.json", "--key", key],
+        cwd=directory,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_a_paused_crashed_completed_task_verifies_and_a_changed_byte_is_named(
-    cluster: Cluster, store: TaskApplication
+    cluster: Cluster, store: TaskApplication, tmp_path: Path
 ) -> None:
     cluster.fake_iam()
     workers = cluster.workers(2)
@@ -46,9 +75,35 @@ def test_a_paused_crashed_completed_task_verifies_and_a_changed_byte_is_named(
     assert of_kind(history, "InputRequested")
     assert of_kind(history, "InputReceived")
 
-    done = cluster.run(["verify"])
+    key_file = tmp_path / "audit-key"
+    signer = create_signer_key(key_file, "longhaul/crash-test")
+    log = store.merkle_log
+    assert log is not None
+    checkpoint = catch_up(log, store.recorder.select_notifications, signer, datetime.now(UTC))
+    assert checkpoint is not None
+    assert checkpoint.size == len(history)
+    done = cluster.run(["verify"], audit_key_file=str(key_file))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "every chain verifies (1 tasks," in done.stdout
+    assert done.stdout.splitlines()[-1].endswith(
+        f"every chain and the signed log verify (1 tasks, {len(history)} events, {len(history)} leaves,"
+        " 1 checkpoints, 0 purged, 0 not yet sequenced)"
+    )
+
+    receipt = log.receipt(task_id)
+    assert receipt is not None
+    assert receipt.version == history[-1].originator_version  # the completed task's last event
+    verifier = str(signer.verifier())
+    offline = _offline(receipt, verifier, tmp_path / "auditor")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert offline.stdout.startswith(f"valid: task {task_id} at version {receipt.version} is leaf")
+    assert receipt.inclusion_proof  # a tree of more than one leaf
+    first = bytearray(receipt.inclusion_proof[0])
+    first[0] ^= 0x01  # one byte of the proof
+    changed = Receipt(**{**vars(receipt), "inclusion_proof": (bytes(first), *receipt.inclusion_proof[1:])})
+    assert base64.b64encode(bytes(first)).decode() in changed.to_json()
+    offline = _offline(changed, verifier, tmp_path / "auditor-2")
+    assert offline.returncode == 1, offline.stdout + offline.stderr
+    assert offline.stdout.startswith("NOT VALID: the inclusion proof of leaf")
 
     version = of_kind(history, "InputReceived")[0].originator_version
     config = store.config
@@ -61,7 +116,7 @@ def test_a_paused_crashed_completed_task_verifies_and_a_changed_byte_is_named(
             ).format(sql.Identifier(config.schema, "longhaul_events")),
             (task_id, version),
         )
-    done = cluster.run(["verify"])
+    done = cluster.run(["verify"], audit_key_file=str(key_file))
     assert done.returncode == 1
     faults = [line for line in done.stdout.splitlines() if line.startswith("task ")]
     assert faults == [

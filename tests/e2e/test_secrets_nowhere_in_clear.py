@@ -17,6 +17,7 @@ import asyncio
 import gzip
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -29,7 +30,9 @@ from psycopg import sql
 from api.sse import SseEvent
 from longhaul.settings import Settings
 from store.application import TaskApplication
+from store.merkle_log import catch_up
 from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
+from store.signed_notes import SignerKey
 from tests.api.streams_support import A2A_HEADERS, open_stream, results, state_of
 from tests.crash.cluster import STARTUP_TIMEOUT, Cluster, user_message
 from tests.support.jetstream import stream_messages
@@ -200,6 +203,10 @@ def check_archive(cluster: Cluster, store: TaskApplication, task_id: UUID, folde
     """Retention ends the task's life in the log: expired, archived to a file, purged."""
     cluster.sweeper(retention="PT1S")
     wait_until(lambda: store.get(task_id).expired, 30, "the task to expire")
+    log = store.merkle_log
+    assert log is not None
+    # A task is archived once a signed checkpoint covers it: sign one, as the sequencer would.
+    catch_up(log, store.recorder.select_notifications, SignerKey.generate("longhaul/test"), datetime.now(UTC))
     archived = cluster.run(["archive", "--to", str(folder)])
     assert archived.returncode == 0, archived.stderr
     (path,) = folder.glob("*.jsonl.gz")

@@ -1,4 +1,8 @@
-"""Archive then purge: expired tasks go to a verified file first, and only then leave the store."""
+"""Archive then purge: expired tasks go to a verified file first, and only then leave the store.
+
+A task is archived once a signed checkpoint covers its last event: each test signs one with
+``catch_up`` (as the sequencer would) before it archives, except where it shows what is left.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
 from store.errors import TaskNotFoundError
-from store.postgres import PostgresRunQueueRecorder
+from store.merkle_log import catch_up
+from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
+from store.receipts import verify_receipt
+from store.signed_notes import SignerKey
 from tests.support.tasks import new_task
 from workers.archive import ArchiveError, archive_expired, read_archive
 
@@ -29,8 +36,18 @@ RETENTION = timedelta(days=30)
 LATER = START + RETENTION + timedelta(days=1)
 
 
+SIGNER = SignerKey.generate("longhaul/test")
+
+
 def clock() -> datetime:
     return LATER
+
+
+def _signed(store: TaskApplication) -> None:
+    """Sequence every event and sign a checkpoint of them (what the sequencer does as it runs)."""
+    log = store.merkle_log
+    assert log is not None
+    catch_up(log, store.recorder.select_notifications, SIGNER, LATER)
 
 
 def _expired(store: TaskApplication, tenant: str = "acme") -> Task:
@@ -77,6 +94,7 @@ def test_expired_tasks_are_archived_complete_then_purged(store: TaskApplication,
     assert index.row(expired[0].id) is not None
     stored = {t.id: list(_recorder(store).select_events(t.id)) for t in expired}
 
+    _signed(store)
     run = archive_expired(store, tmp_path / "archives", clock=clock)
 
     assert run.path is not None
@@ -87,7 +105,8 @@ def test_expired_tasks_are_archived_complete_then_purged(store: TaskApplication,
     assert store.get(kept.id).state == "TASK_STATE_CANCELED"  # not expired: untouched
     archive = read_archive(run.path)
     assert archive.header["schema"] == _recorder(store).datastore.schema
-    assert archive.header["tasks"] == 2
+    assert archive.header["formatVersion"] == 3
+    assert len(archive.tasks) == 2
     for task in expired:
         events = archive.tasks[task.id]
         assert [e.tenant for e in events] == [task.tenant] * len(events)
@@ -108,11 +127,13 @@ def test_a_run_stopped_before_the_purge_leaves_the_store_whole(
     def crash(_: Path) -> None:
         raise RuntimeError("killed")
 
+    _signed(store)
     with pytest.raises(RuntimeError, match="killed"):
         archive_expired(store, tmp_path, clock=clock, before_verify=crash)
     assert store.get(task.id).expired  # still there
     (first,) = tmp_path.glob("*.jsonl.gz")
 
+    _signed(store)
     run = archive_expired(store, tmp_path, clock=lambda: LATER + timedelta(seconds=1))
     assert run.purged == [task.id]
     assert run.path is not None
@@ -137,6 +158,7 @@ def test_a_run_stopped_mid_purge_is_finished_by_the_next(
         return purge(task_id, **kwargs)
 
     monkeypatch.setattr(recorder, "purge", dies_on_the_second)
+    _signed(store)
     with pytest.raises(RuntimeError, match="killed"):
         archive_expired(store, tmp_path / "a", clock=clock)
     monkeypatch.undo()
@@ -144,6 +166,7 @@ def test_a_run_stopped_mid_purge_is_finished_by_the_next(
     left = {t.id for t in tasks} - {calls[0]}
     assert not any(_gone(store, t) for t in left)
 
+    _signed(store)
     run = archive_expired(store, tmp_path / "b", clock=clock)
     assert run.path is not None
     assert set(read_archive(run.path).tasks) == left  # only what was still there
@@ -174,6 +197,7 @@ def test_nothing_is_purged_unless_the_file_verifies(
     store: TaskApplication, tmp_path: Path, damage: Any, says: str
 ) -> None:
     tasks = [_expired(store) for _ in range(2)]
+    _signed(store)
     with pytest.raises(ArchiveError, match=says):
         archive_expired(store, tmp_path, clock=clock, before_verify=damage)
     assert all(store.get(t.id).expired for t in tasks)
@@ -195,6 +219,7 @@ def test_the_cli_archives_and_history_replays_from_the_file(
         assert main(["history", str(task.id), *flags]) == 0
     from_store = capsys.readouterr().out
 
+    _signed(store)
     assert main(["archive", "--to", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     path = Path(out.strip())
@@ -225,6 +250,7 @@ def test_the_projector_follows_the_log_across_the_purged_gap(
     before = _ended(store)
     purged = _expired(store)
     after = _ended(store)  # its events come after the gap in the notification log
+    _signed(store)
     archive_expired(store, tmp_path, clock=clock)
     end = store.recorder.max_notification_id() or 0
     with projection_runner(store_config) as runner:
@@ -239,11 +265,16 @@ def test_the_projector_follows_the_log_across_the_purged_gap(
 def test_a_task_is_purged_only_at_the_archived_version(store: TaskApplication) -> None:
     task = _expired(store)
     recorder = _recorder(store)
-    assert not recorder.purge(task.id, version=task.version - 1)
+    assert not recorder.purge(task.id, version=task.version - 1, archive_file="a.jsonl.gz", purged_at=LATER)
     assert store.get(task.id).expired
-    assert recorder.purge(task.id, version=task.version)
+    assert recorder.purge(task.id, version=task.version, archive_file="a.jsonl.gz", purged_at=LATER)
     assert _gone(store, task.id)
-    assert not recorder.purge(task.id, version=task.version)  # nothing left
+    assert not recorder.purge(task.id, version=task.version, archive_file="b.jsonl.gz", purged_at=LATER)
+    log = store.merkle_log
+    assert log is not None
+    (purged,) = log.purged_tasks().values()  # recorded by the purge's transaction, once
+    assert (purged.task_id, purged.last_version, purged.archive_file) == (task.id, task.version, "a.jsonl.gz")
+    assert purged.purged_at == LATER
 
 
 async def test_an_archived_task_leaves_no_webhook_delivery_behind(
@@ -268,6 +299,7 @@ async def test_an_archived_task_leaves_no_webhook_delivery_behind(
     finally:
         await recorder.close()
 
+    _signed(store)
     archive_expired(store, tmp_path, clock=clock)
 
     with psycopg.connect(config.database_url, autocommit=True) as conn:
@@ -277,3 +309,115 @@ async def test_an_archived_task_leaves_no_webhook_delivery_behind(
             f'SELECT count(*) FROM "{config.schema}".longhaul_delivery_attempts'
         ).fetchone() or (None,)
         assert attempts == 1
+
+
+def test_each_task_ends_with_the_receipt_of_its_last_event_and_is_recorded_as_purged(
+    store: TaskApplication, tmp_path: Path
+) -> None:
+    tasks = [_expired(store) for _ in range(2)]
+    _signed(store)
+    run = archive_expired(store, tmp_path, clock=clock)
+    assert run.path is not None
+    archive = read_archive(run.path)
+    assert archive.header["formatVersion"] == 3
+    lines = [line for line in gzip.decompress(run.path.read_bytes()).splitlines() if b'"taskId"' in line]
+    for task in tasks:
+        receipt = archive.receipts[task.id]
+        events = archive.tasks[task.id]
+        assert (receipt.task_id, receipt.version, receipt.chain_hash) == (
+            task.id,
+            events[-1].version,
+            events[-1].chain,
+        )
+        assert verify_receipt(receipt, str(SIGNER.verifier())).valid
+        mine = [line for line in lines if str(task.id).encode() in line]
+        assert b'"type":"receipt"' in mine[-1]  # after the task's events
+    log = store.merkle_log
+    assert log is not None
+    purged = log.purged_tasks()
+    assert {t: (p.last_version, p.archive_file) for t, p in purged.items()} == {
+        t.id: (archive.tasks[t.id][-1].version, run.path.name) for t in tasks
+    }
+
+
+def test_a_task_no_signed_checkpoint_covers_yet_is_left_for_a_later_run(
+    store: TaskApplication, tmp_path: Path
+) -> None:
+    covered = _expired(store)
+    _signed(store)
+    late = _expired(store)  # expired after the last checkpoint
+    run = archive_expired(store, tmp_path, clock=clock)
+    assert run.path is not None
+    assert run.purged == [covered.id]
+    assert run.unsequenced == [late.id]
+    assert set(read_archive(run.path).tasks) == {covered.id}
+    assert store.get(late.id).expired  # still in the store
+
+    assert archive_expired(store, tmp_path / "b", clock=clock).path is None  # still not covered
+    _signed(store)
+    later = archive_expired(store, tmp_path / "c", clock=clock)
+    assert later.purged == [late.id]
+    assert later.unsequenced == []
+
+
+def test_a_task_whose_chain_has_a_fault_is_refused_and_stays(
+    store: TaskApplication, store_config: StoreConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = _expired(store), _expired(store)
+    _signed(store)
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{store_config.schema}".{CHAIN_TABLE} SET hash = sha256(hash)'
+            " WHERE task_id = %s AND version = 2",
+            (bad.id,),
+        )
+    run = archive_expired(store, tmp_path, clock=clock)
+    assert run.path is not None
+    assert run.purged == [good.id]
+    assert list(run.refused) == [bad.id]
+    assert [fault.split(": ")[:2] for fault in run.refused[bad.id]] == [
+        [f"task {bad.id} version 2", "hash-mismatch"],
+        [f"task {bad.id} version 3", "hash-mismatch"],
+    ]
+    assert bad.id not in read_archive(run.path).tasks
+    assert store.get(bad.id).expired  # not purged
+    log = store.merkle_log
+    assert log is not None
+    assert set(log.purged_tasks()) == {good.id}
+
+
+def test_the_cli_says_what_it_left_and_refused_and_exits_1_on_a_refusal(
+    store: TaskApplication,
+    store_config: StoreConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
+    monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    good, bad = _expired(store), _expired(store)
+    _signed(store)
+    late = _expired(store)
+    assert main(["archive", "--to", str(tmp_path)]) == 0  # good and bad archived, late left
+    out, err = capsys.readouterr()
+    assert Path(out.strip()).is_file()
+    assert "archived 2 tasks" in err
+    assert "; 1 not yet in a signed checkpoint and stay" in err
+    assert store.get(late.id).expired
+    assert _gone(store, good.id)
+    assert _gone(store, bad.id)
+
+    _signed(store)
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{store_config.schema}".{CHAIN_TABLE} SET hash = sha256(hash)'
+            " WHERE task_id = %s AND version = 1",
+            (late.id,),
+        )
+    assert main(["archive", "--to", str(tmp_path / "b")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "nothing archived; 1 refused for faults (named above), not archived\n"
+    assert f"refused: task {late.id} version 1: hash-mismatch" in err
+    assert store.get(late.id).expired
