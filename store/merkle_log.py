@@ -77,11 +77,13 @@ class PurgedTask:
 
 @dataclass(frozen=True)
 class Unchained:
-    """An event the sequencer passed over: it has no chain hash (not appended by longhaul)."""
+    """An event the sequencer passed over: not appended by longhaul, so not a leaf of the tree."""
 
     position: int
     task_id: UUID
     version: int
+    reason: str = "it has no chain hash"
+    """Why: it has no chain hash, or its task and version are a leaf already (deleted and re-inserted)."""
 
 
 class MerkleLog:
@@ -159,11 +161,24 @@ class MerkleLog:
                 ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
             )
             hashes = {(row["task_id"], row["version"]): bytes(row["hash"]) for row in curs.fetchall()}
+            curs.execute(
+                self._sql(
+                    "SELECT l.task_id, l.version, l.leaf_index FROM unnest(%s::uuid[], %s::bigint[]) k(t, v)"
+                    " JOIN {schema}.{leaves} l ON l.task_id = k.t AND l.version = k.v"
+                ),
+                ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
+            )
+            leafed = {(row["task_id"], row["version"]): row["leaf_index"] for row in curs.fetchall()}
             nodes: list[tuple[Node, bytes]] = []
             for position, task_id, version in events:
-                chain_hash = hashes.get((task_uuid(task_id), version))
+                key = (task_uuid(task_id), version)
+                chain_hash = hashes.get(key)
                 if chain_hash is None:
-                    passed.append(Unchained(position, task_uuid(task_id), version))
+                    passed.append(Unchained(position, key[0], version))
+                    continue
+                if key in leafed:
+                    reason = f"its task and version are leaf {leafed[key]} already (deleted and re-inserted)"
+                    passed.append(Unchained(position, key[0], version, reason))
                     continue
                 leaf = Leaf(grown.size, position, task_uuid(task_id), version, chain_hash)
                 leaves.append(leaf)

@@ -172,11 +172,12 @@ class Sequencer:
         grown, passed = await asyncio.to_thread(self.log.append, tree, events)
         for skipped in passed:
             log.warning(
-                "log position %d (task %s version %d) has no chain hash: passed over, not in the"
-                " Merkle tree (not appended by longhaul; `longhaul verify` reports it)",
+                "log position %d (task %s version %d): %s: passed over, not in the Merkle tree"
+                " (not appended by longhaul; `longhaul verify` reports it)",
                 skipped.position,
                 skipped.task_id,
                 skipped.version,
+                skipped.reason,
             )
         self.sequenced += grown.size - tree.size
         self.passed_over += len(passed)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from store.application import TaskApplication
+from store.config import StoreConfig
 from store.merkle import (
     EMPTY_ROOT,
     MerkleTree,
@@ -115,3 +118,28 @@ def test_an_event_without_a_chain_hash_is_passed_over(postgres_store: TaskApplic
     assert [(p.position, p.version) for p in passed] == [(2, 2)]
     assert log.position() == 2
     assert log.size() == 1
+
+
+def test_an_event_deleted_and_re_inserted_is_passed_over_not_a_second_leaf(
+    postgres_store: TaskApplication, store_config: StoreConfig
+) -> None:
+    log = _log(postgres_store)
+    task = new_task(START)
+    postgres_store.save_tasks(task)
+    catch_up(log, postgres_store.recorder.select_notifications, SIGNER, START)
+    events = sql.Identifier(store_config.schema, "longhaul_events")
+    with psycopg.connect(store_config.database_url, autocommit=True) as conn:  # behind longhaul's back
+        conn.execute(
+            sql.SQL(
+                "WITH gone AS (DELETE FROM {} WHERE originator_id = %s RETURNING *)"
+                " INSERT INTO {} (originator_id, originator_version, topic, state)"
+                " SELECT originator_id, originator_version, topic, state FROM gone"
+            ).format(events, events),
+            (task.id,),
+        )
+    tree, passed = log.append(log.tree(), [(2, task.id, 1)])  # its new position; the chain row is there
+    assert tree.size == 1
+    assert [(p.position, p.reason) for p in passed] == [
+        (2, "its task and version are leaf 0 already (deleted and re-inserted)")
+    ]
+    assert log.position() == 2
