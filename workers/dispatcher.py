@@ -63,6 +63,7 @@ from store.postgres import PostgresRunQueueRecorder, select_events_at
 from store.push_urls import check_push_url
 from store.retry import RetryPolicy, webhook_retry
 from workers.jetstream_pull import Pull
+from workers.leadership import leading, restarting
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream
 from workers.webhook_resolver import PublicOnlyResolver, refused_by_resolver
 from workers.webhook_signing import WebhookSigner
@@ -229,16 +230,7 @@ class Dispatcher:
     async def _supervise(
         self, name: str, loop: Callable[[asyncio.Event], Awaitable[None]], stop: asyncio.Event
     ) -> None:
-        backoff = 0.5
-        while not stop.is_set():
-            try:
-                await loop(stop)
-                return
-            except Exception as error:  # noqa: BLE001 - database or NATS trouble: start over
-                log.warning("dispatcher %s failed (%r); starting over in %.1fs", name, error, backoff)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), backoff)
-                backoff = min(backoff * 2, 10.0)
+        await restarting(f"dispatcher {name}", lambda: loop(stop), stop, log)
 
     # ------------------------------------------------------------------ intake
 
@@ -250,21 +242,14 @@ class Dispatcher:
         connection of its own and checked every few seconds: it ends with that connection.
         """
         assert isinstance(self.store.config, StoreConfig)
-        lock = await psycopg.AsyncConnection.connect(self.store.config.database_url, autocommit=True)
-        try:
-            while not stop.is_set():
-                cursor = await lock.execute("SELECT pg_try_advisory_lock(%s)", (self._intake_key,))
-                row = await cursor.fetchone()
-                if row and row[0]:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
-            if not stop.is_set():
-                self._log_reads = lock
+        async with leading(self.store.config.database_url, self._intake_key, stop) as lock:
+            if lock is None:
+                return
+            self._log_reads = lock
+            try:
                 await self._follow(stop, lock)
-        finally:
-            self._log_reads = None
-            await lock.close()
+            finally:
+                self._log_reads = None
 
     async def _follow(self, stop: asyncio.Event, lock: psycopg.AsyncConnection[Any]) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.

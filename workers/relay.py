@@ -25,7 +25,6 @@ and its leadership lock live there): over an in-memory store it refuses to start
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections import OrderedDict
@@ -49,8 +48,8 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.locks import advisory_key
-from store.retry import RESTART_POLICY
 from workers.jetstream_publish import Pipelined
+from workers.leadership import leading, restarting
 
 log = logging.getLogger(__name__)
 
@@ -166,36 +165,16 @@ class Relay:
 
         Leadership is a session advisory lock, so it ends with the connection: a relay that
         dies or loses its database connection hands over to a standby within a second. The
-        pause before starting over follows ``RESTART_POLICY`` (``store.retry``).
+        pause before starting over follows ``RESTART_POLICY`` (``workers.leadership``).
         """
-        failures = 0
-        while not stop.is_set():
-            try:
-                await self._lead_and_relay(stop)
-                return
-            except Exception as error:  # noqa: BLE001 - database or NATS trouble: retry with backoff
-                failures += 1
-                pause = RESTART_POLICY.delay(failures)
-                log.warning("relay failed (%r); starting over in %.1fs", error, pause)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), pause)
+        await restarting("relay", lambda: self._lead_and_relay(stop), stop, log)
 
     async def _lead_and_relay(self, stop: asyncio.Event) -> None:
-        conn = await psycopg.AsyncConnection.connect(self._database_url, autocommit=True)
-        try:
-            while not stop.is_set():
-                cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
-                row = await cursor.fetchone()
-                if row and row[0]:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
-            if stop.is_set():
+        async with leading(self._database_url, self._lock_key, stop) as conn:
+            if conn is None:
                 return
             log.info("relay is the leader for stream %s", self.names.stream)
             await self._relay(conn, stop)
-        finally:
-            await conn.close()
 
     async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.

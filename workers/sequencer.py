@@ -27,7 +27,6 @@ from datetime import timedelta
 from typing import Any
 
 import nats
-import psycopg
 from eventsourcing.persistence import Tracking
 from nats.js.errors import NotFoundError
 
@@ -42,6 +41,7 @@ from store.merkle import MerkleTree
 from store.merkle_log import MerkleLog, StoredCheckpoint
 from store.retry import RESTART_POLICY
 from store.signed_notes import SignerKey
+from workers.leadership import leading, restarting
 from workers.relay import NATS_CONNECT_S, PUBLISH_TIMEOUT_S, StreamLimits, ensure_stream_named
 
 log = logging.getLogger(__name__)
@@ -108,36 +108,18 @@ class Sequencer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sequence until ``stop`` is set: wait to lead, sequence, and start over after any failure."""
-        failures = 0
-        while not stop.is_set():
-            try:
-                await self._lead_and_sequence(stop)
-                return
-            except Exception as error:  # noqa: BLE001 - database or NATS trouble: retry with backoff
-                failures += 1
-                pause = RESTART_POLICY.delay(failures)
-                log.warning("sequencer failed (%r); starting over in %.1fs", error, pause)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), pause)
+        await restarting("sequencer", lambda: self._lead_and_sequence(stop), stop, log)
 
     async def _lead_and_sequence(self, stop: asyncio.Event) -> None:
-        conn = await psycopg.AsyncConnection.connect(self._database_url, autocommit=True)
-        try:
-            while not stop.is_set():
-                cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,))
-                row = await cursor.fetchone()
-                if row and row[0]:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
-            if stop.is_set():
+        async with leading(self._database_url, self._lock_key, stop) as conn:
+            if conn is None:
                 return
             log.info("sequencer is the leader (checkpoints signed by %s)", self.signer.name)
             self.leading = True
-            await self._lead(stop)
-        finally:
-            self.leading = False
-            await conn.close()
+            try:
+                await self._lead(stop)
+            finally:
+                self.leading = False
 
     async def _lead(self, stop: asyncio.Event) -> None:
         """Sequence and sign beside a publisher; when sequencing ends, the publisher publishes the rest."""
