@@ -53,6 +53,8 @@ RUNNABLE_SQL = ", ".join(f"'{s}'" for s in sorted(RUNNABLE))
 PAUSED_SQL = ", ".join(f"'{s}'" for s in sorted(INTERRUPTED))
 TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
 CHAIN_TABLE = "longhaul_event_chain"
+EVENTS_TABLE = "longhaul_events"
+"""The library's events table under the application's name, which the migrations name too."""
 CHAIN_HEADS_KEPT = 10_000
 """Tasks whose last chain hash a process remembers from its own commits (about 1 MB)."""
 
@@ -63,7 +65,11 @@ Link = tuple[UUID, int, bytes]
 class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     """The application recorder that also keeps the run queue, inside the append transaction."""
 
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events") -> None:
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE) -> None:
+        if events_table_name != EVENTS_TABLE:  # the migrations' tables, longhaul_append's among them
+            raise ValueError(
+                f"the events table is {EVENTS_TABLE!r} (the migrations'), not {events_table_name!r}"
+            )
         super().__init__(datastore, events_table_name=events_table_name)
         # One NOTIFY channel per schema: idle workers of other deployments (or tests) sharing the
         # database are not woken by this one's appends.
@@ -80,12 +86,13 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             " ON c.task_id = k.id AND c.version = k.version"
         ).format(schema, chain)
         self._append = SQL(
-            "SELECT n FROM {}.longhaul_append(%s, %s, %s::uuid[], %s::bigint[], %s::text[], %s::bytea[],"
-            " %s::uuid[], %s::bigint[], %s::bytea[], %s::uuid[], %s::bigint[], %s::text[], %s::text[],"
-            " %s::text[], %s::int[], %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
-            " %s::timestamptz[], %s::boolean[], %s::uuid[], %s::text[], %s::text[], %s::bytea[],"
-            " %s::uuid[]) AS n"
+            "SELECT n FROM {}.longhaul_append(%b, %b, %b::uuid[], %b::bigint[], %b::text[], %b::bytea[],"
+            " %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[], %b::text[],"
+            " %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
+            " %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[], %b::bytea[],"
+            " %b::uuid[]) AS n"
         ).format(schema)
+        """The append (``%b``: every argument in binary, no text escaping of the events' bytes)."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
         self._heads_lock = threading.Lock()
 
