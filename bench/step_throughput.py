@@ -50,7 +50,8 @@ from store.application import TaskApplication
 from store.config import StoreConfig
 
 DBOS_STEPS_PER_S = 492  # BASELINE.md: DBOS Transact 3.4, 6-step workflow, sequential
-TARGET_STEPS_PER_S = 1_000
+TARGET_STEPS_PER_S = {1: 2_500, 2: 2_000}
+"""Issue 10's targets by worker processes: one process 2,500 steps/s, two 2,000 (and >= half plain)."""
 
 EVENT_PAYLOAD = json.dumps(
     {
@@ -228,6 +229,7 @@ class PgSampler(threading.Thread):
     """
 
     KINDS = (
+        ("longhaul_append", "append (one statement: lock, insert, commit)"),
         ("LOCK TABLE", "lock table"),
         ("INSERT INTO", "insert"),
         ("NOTIFY", "notify"),
@@ -619,9 +621,13 @@ def report(
     )
     print_instrumented(longhaul)
     print(f"ratio to DBOS's {DBOS_STEPS_PER_S} steps/s: {steps_per_s / DBOS_STEPS_PER_S:.2f}x")
-    met = steps_per_s >= TARGET_STEPS_PER_S
+    target = TARGET_STEPS_PER_S.get(args.workers, TARGET_STEPS_PER_S[2])
+    met = steps_per_s >= target
     goal = ratio_best >= 0.5
-    print(f"target >= {TARGET_STEPS_PER_S:,} steps/s: {'MET' if met else 'MISSED'} ({steps_per_s:,.0f})")
+    print(
+        f"target >= {target:,} steps/s ({args.workers} workers): "
+        f"{'MET' if met else 'MISSED'} ({steps_per_s:,.0f})"
+    )
     print(
         f"goal >= half of the best plain-psycopg figure ({best['commits_per_s']:,} at "
         f"{best['clients']} clients): {'MET' if goal else 'MISSED'} (ratio {ratio_best:.2f})"
@@ -640,7 +646,7 @@ def report(
             },
             "dbos_steps_per_s_reference": DBOS_STEPS_PER_S,
             "ratio_to_dbos": round(steps_per_s / DBOS_STEPS_PER_S, 2),
-            "target_steps_per_s": TARGET_STEPS_PER_S,
+            "target_steps_per_s": target,
             "target_met": met,
             "goal_half_plain_met": goal,
         },

@@ -1,7 +1,9 @@
 """The PostgreSQL recorder: the library's application recorder plus the run-queue table.
 
-The run-queue rows are upserted by the same transaction that appends the events (under the
-library's table lock), so they are written only when the append commits. Claims and deadline
+The run-queue rows are upserted by the same transaction that appends the events, so they are
+written only when the append commits. That transaction is one statement, a call of the
+``longhaul_append`` function (migration 0009, ADR 0031) in autocommit: the library's table lock
+is taken and released on the server, within one client round trip. Claims and deadline
 sweeps are index lookups on partial indexes, so their cost does not grow with the number of
 paused or finished tasks. The table and its indexes come from the schema migrations
 (``store/migrations``), not from this class.
@@ -10,7 +12,7 @@ The same transaction writes each event's chain hash (``store/chain.py``) to
 ``longhaul_event_chain``, after the events themselves (so a lost race is the library's conflict on
 the events' key). The hash before a task's first new event is known from this process's own last
 commit of that task (a worker commits each step of the tasks it holds), else read before the
-table lock, for all tasks of a group commit in one query.
+append, for all tasks of a group commit in one query.
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.persistence import (
+    InterfaceError,
+    Notification,
+    OperationalError,
+    ProgrammingError,
+    StoredEvent,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow, dict_row
@@ -44,6 +53,8 @@ RUNNABLE_SQL = ", ".join(f"'{s}'" for s in sorted(RUNNABLE))
 PAUSED_SQL = ", ".join(f"'{s}'" for s in sorted(INTERRUPTED))
 TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
 CHAIN_TABLE = "longhaul_event_chain"
+EVENTS_TABLE = "longhaul_events"
+"""The library's events table under the application's name, which the migrations name too."""
 CHAIN_HEADS_KEPT = 10_000
 """Tasks whose last chain hash a process remembers from its own commits (about 1 MB)."""
 
@@ -54,7 +65,11 @@ Link = tuple[UUID, int, bytes]
 class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     """The application recorder that also keeps the run queue, inside the append transaction."""
 
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events") -> None:
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE) -> None:
+        if events_table_name != EVENTS_TABLE:  # the migrations' tables, longhaul_append's among them
+            raise ValueError(
+                f"the events table is {EVENTS_TABLE!r} (the migrations'), not {events_table_name!r}"
+            )
         super().__init__(datastore, events_table_name=events_table_name)
         # One NOTIFY channel per schema: idle workers of other deployments (or tests) sharing the
         # database are not woken by this one's appends.
@@ -63,35 +78,45 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         self.task_keys = PostgresTaskKeys(datastore)
         """The tasks' secret keys (``store.task_keys``), written in the append transaction."""
         self.snapshots_table = events_table_name.removesuffix("_events") + "_snapshots"
-        schema, table = Identifier(datastore.schema), Identifier(self.run_queue_table)
-        self._upsert = SQL(
-            "INSERT INTO {schema}.{table} (task_id, version, tenant, state, skill, skill_version,"
-            " next_step, lease_owner, lease_until, deadline, updated_at, expired)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version,"
-            " state = EXCLUDED.state, next_step = EXCLUDED.next_step,"
-            " lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until,"
-            " deadline = EXCLUDED.deadline, updated_at = EXCLUDED.updated_at,"
-            " expired = EXCLUDED.expired"
-            " WHERE {table}.version < EXCLUDED.version"
-        ).format(schema=schema, table=table)
+        schema = Identifier(datastore.schema)
         self.chain_table = CHAIN_TABLE
         chain = Identifier(self.chain_table)
-        self._insert_links = SQL(
-            "INSERT INTO {}.{} (task_id, version, hash)"
-            " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[])"
-        ).format(schema, chain)
         self._select_links = SQL(
             "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
             " ON c.task_id = k.id AND c.version = k.version"
         ).format(schema, chain)
+        self._append = SQL(
+            "SELECT n FROM {}.longhaul_append(%b, %b, %b::uuid[], %b::bigint[], %b::text[], %b::bytea[],"
+            " %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[], %b::text[],"
+            " %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
+            " %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[], %b::bytea[],"
+            " %b::uuid[]) AS n"
+        ).format(schema)
+        """The append (``%b``: every argument in binary, no text escaping of the events' bytes)."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
         self._heads_lock = threading.Lock()
 
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
-        """Append the events, their chain hashes and run-queue rows in one transaction."""
-        links: list[Link] = []
-        ids: Sequence[int] | None = super().insert_events(stored_events, chain_links=links, **kwargs)
+        """Append the events, their chain hashes, run-queue rows and task keys: one statement.
+
+        The statement is a call of ``longhaul_append`` (migration 0009) in autocommit: it takes
+        the library's table lock, inserts, and commits on the server, so the lock is never held
+        across a client round trip. A read before it, outside the lock, fetches the hashes the
+        chain continues from when this process did not write them itself. The retry is the
+        library's own (its ``insert_events`` has it too). A lost race raises the library's
+        ``IntegrityError``; nothing was written then.
+        """
+        rows = _latest_rows(kwargs.get("run_queue", ()))
+        keys = KeyChanges.of(kwargs)
+        if not stored_events and not rows and not keys.new and not keys.destroyed:
+            return None
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            links = self._chain_links(curs, stored_events)
+            curs.execute(self._append, self._append_params(stored_events, links, rows, keys), prepare=True)
+            ids: list[int] = [row["n"] for row in curs.fetchall()]
+        if len(ids) != len(stored_events):
+            raise ProgrammingError(f"got {len(ids)} notification ids for {len(stored_events)} events")
         with self._heads_lock:  # committed: the next commit of these tasks needs no read
             for task_id, version, digest in links:
                 self._heads[task_id] = (version, digest)
@@ -100,48 +125,42 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                 self._heads.popitem(last=False)
         return ids
 
-    def _insert_stored_events(
-        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> None:
-        super()._insert_stored_events(curs, stored_events, **kwargs)
-        links: list[Link] = kwargs["chain_links"]
-        if links:  # one statement; its own cursor: the events' cursor still holds their ids
-            with curs.connection.cursor() as chain:
-                chain.execute(
-                    self._insert_links,
-                    ([t for t, _, _ in links], [v for _, v, _ in links], [h for _, _, h in links]),
-                    prepare=True,
-                )
-
-    def _insert_events(
-        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> None:
-        links: list[Link] = kwargs["chain_links"]
-        links[:] = self._chain_links(curs, stored_events)
-        rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
-        if rows:
-            curs.executemany(
-                self._upsert,
-                [
-                    (
-                        r.task_id,
-                        r.version,
-                        r.tenant,
-                        r.state,
-                        r.skill,
-                        r.skill_version,
-                        r.next_step,
-                        r.lease_owner,
-                        r.lease_until,
-                        r.deadline,
-                        r.updated_at,
-                        r.expired,
-                    )
-                    for r in rows
-                ],
-            )
-        self.task_keys.write(curs, KeyChanges.of(kwargs))
-        super()._insert_events(curs, stored_events, **kwargs)
+    def _append_params(
+        self,
+        stored_events: Sequence[StoredEvent],
+        links: Sequence[Link],
+        rows: Sequence[RunQueueRow],
+        keys: KeyChanges,
+    ) -> tuple[Any, ...]:
+        """The arguments of ``longhaul_append``, in its order: one array per column."""
+        return (
+            f"{self.datastore.lock_timeout}s",
+            self.channel_name,
+            [e.originator_id for e in stored_events],
+            [e.originator_version for e in stored_events],
+            [e.topic for e in stored_events],
+            [e.state for e in stored_events],
+            [t for t, _, _ in links],
+            [v for _, v, _ in links],
+            [h for _, _, h in links],
+            [r.task_id for r in rows],
+            [r.version for r in rows],
+            [r.tenant for r in rows],
+            [r.state for r in rows],
+            [r.skill for r in rows],
+            [r.skill_version for r in rows],
+            [r.next_step for r in rows],
+            [r.lease_owner for r in rows],
+            [r.lease_until for r in rows],
+            [r.deadline for r in rows],
+            [r.updated_at for r in rows],
+            [r.expired for r in rows],
+            [k.task_id for k in keys.new],
+            [k.tenant for k in keys.new],
+            [k.key_id for k in keys.new],
+            [k.key for k in keys.new],
+            list(keys.destroyed),
+        )
 
     def _chain_links(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[Link]:
         """The chain rows of ``stored_events``: each task's new events chained to its last hash."""
@@ -583,6 +602,15 @@ def _stored(row: Any) -> StoredEvent:
         topic=row["topic"],
         state=bytes(row["state"]),
     )
+
+
+def _latest_rows(rows: Sequence[RunQueueRow]) -> list[RunQueueRow]:
+    """One row per task, its highest version (one statement cannot upsert a row twice)."""
+    latest: dict[UUID, RunQueueRow] = {}
+    for row in rows:
+        if row.task_id not in latest or latest[row.task_id].version < row.version:
+            latest[row.task_id] = row
+    return list(latest.values())
 
 
 def _split(skills: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:

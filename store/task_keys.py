@@ -25,8 +25,6 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.postgres import PostgresDatastore
-from psycopg import Cursor
-from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 JSON = dict[str, Any]
@@ -145,29 +143,19 @@ class KeyChanges:
 
 
 class PostgresTaskKeys:
-    """The keys in ``<schema>.longhaul_task_keys``."""
+    """The keys in ``<schema>.longhaul_task_keys``.
+
+    Written by the append itself (``longhaul_append``, migration 0009): a new key is a unique
+    violation when the task has one, which aborts the append like a lost race (the writer
+    reloads, finds the key that won, and seals with it).
+    """
 
     def __init__(self, datastore: PostgresDatastore) -> None:
         self.datastore = datastore
         table = Identifier(datastore.schema, TASK_KEYS_TABLE)
-        self._insert = SQL("INSERT INTO {} (task_id, tenant, key_id, key) VALUES (%s, %s, %s, %s)").format(
-            table
-        )
-        self._delete = SQL("DELETE FROM {} WHERE task_id = ANY(%s)").format(table)
         self._select = SQL("SELECT task_id, tenant, key_id, key FROM {} WHERE task_id = %s").format(table)
         self._erase = SQL("DELETE FROM {} WHERE tenant = %s").format(table)
         self._count = SQL("SELECT count(*) AS n FROM {}").format(table)
-
-    def write(self, curs: Cursor[DictRow], changes: KeyChanges) -> None:
-        """Apply ``changes`` in the append transaction ``curs`` belongs to.
-
-        A key inserted twice for one task is a unique violation, which aborts the append like a
-        lost race: the writer reloads, finds the key that won, and seals with it.
-        """
-        if changes.new:
-            curs.executemany(self._insert, [(k.task_id, k.tenant, k.key_id, k.key) for k in changes.new])
-        if changes.destroyed:
-            curs.execute(self._delete, (list(changes.destroyed),))
 
     def get(self, task_id: UUID) -> TaskKey | None:
         """The task's key, or ``None``."""

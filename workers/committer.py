@@ -1,8 +1,8 @@
 """Group commits: many running tasks' step events saved in one transaction.
 
-Appends to the event store serialise on one table lock, so one commit at a time costs a full
-transaction (about a thousand a second here). The throughput beyond that comes from putting
-more work in each transaction: every runner of a worker hands its task to the ``Committer``,
+Appends to the event store serialise on one table lock, held by the server for the part of one
+statement (ADR 0031), so each commit costs at least that. The throughput beyond it comes from
+putting more work in each transaction: every runner of a worker hands its task to the ``Committer``,
 which saves everything that is waiting in one ``save`` call. When the group fails, the store
 saves each task alone, so only the tasks at fault see an error (``ConflictError`` for a race).
 """
