@@ -13,6 +13,7 @@ config's secrets back (``push_config_to_wire``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 from uuid import UUID, uuid4
@@ -26,6 +27,7 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
+from api.hand_off import HandOff, Slot
 from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
@@ -71,7 +73,8 @@ class A2AService:
 
     ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
     ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
-    non-public addresses (``store.push_urls``).
+    non-public addresses (``store.push_urls``). ``hand_off`` is the worker of this process
+    (``longhaul up``) that takes a new task at once when it has a free slot (``api.hand_off``).
     """
 
     def __init__(
@@ -85,8 +88,10 @@ class A2AService:
         blocking_timeout_s: float = 600,
         task_view: TaskViewRecorder | None = None,
         allow_private_webhooks: bool = False,
+        hand_off: HandOff | None = None,
     ) -> None:
         self._store = store
+        self._hand_off = hand_off
         self._allow_private_webhooks = allow_private_webhooks
         self._view = task_view
         self._registry = registry
@@ -134,12 +139,10 @@ class A2AService:
             )
         try:
             if message.task_id is None:
-                return await asyncio.to_thread(
-                    self._store.submit,
+                return await self._submit(
                     tenant=tenant,
                     message=message.to_json(),
                     skill=self._skill_for(request),
-                    clock=self._clock,
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
                 )
@@ -154,6 +157,37 @@ class A2AService:
             )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
+
+    async def _submit(
+        self, *, tenant: str, message: JSON, skill: Skill, push_config: JSON | None, key_id: str | None
+    ) -> Task:
+        """A new task (or a resend's), handed to a free worker slot of this process if there is one.
+
+        With a slot, the lease is granted in the submission's commit and the slot's runner starts
+        once the commit returns, whether or not this call is still awaited (a client that hung up
+        leaves no leased task without a runner); a resend, or a failure, gives the slot back.
+        """
+        submit = functools.partial(
+            self._store.submit, tenant=tenant, message=message, skill=skill, clock=self._clock
+        )
+        slot = self._hand_off.reserve(skill.name, skill.version) if self._hand_off is not None else None
+        if slot is None:
+            return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id)
+        leased = functools.partial(
+            self._store.submit_leased,
+            tenant=tenant,
+            message=message,
+            skill=skill,
+            clock=self._clock,
+            worker=slot.worker_id,
+            lease_seconds=slot.lease_seconds,
+            push_config=push_config,
+            key_id=key_id,
+        )
+        submission = asyncio.ensure_future(asyncio.to_thread(leased))
+        submission.add_done_callback(functools.partial(_settle, slot))
+        task, _ = await asyncio.shield(submission)
+        return task
 
     def answers_with_message(self, task: Task) -> bool:
         """Whether ``task``'s sends answer with a bare Message: its skill says so of its first message.
@@ -361,6 +395,17 @@ class A2AService:
             await self._waiter.wait_for_change(task, remaining)
             task = await asyncio.to_thread(self._store.get, task.id)
         return task
+
+
+def _settle(slot: Slot, submission: asyncio.Future[tuple[Task, Task | None]]) -> None:
+    """Start the slot's runner with the worker's copy if the submission granted it the lease, else free it."""
+    granted = None
+    if not submission.cancelled() and submission.exception() is None:
+        _, granted = submission.result()
+    if granted is None:
+        slot.release()
+    else:
+        slot.start(granted)
 
 
 def push_config_to_wire(task_id: UUID, config: JSON) -> JSON:
