@@ -3,8 +3,10 @@
 ``longhaul up`` runs the gateway beside a worker: when that worker has a free slot, the gateway
 reserves it, grants the new task's lease to it in the submission's own commit
 (``TaskApplication.submit_leased``) and starts the runner with the worker's copy of the task, so
-a short task needs no claim and no queue hop (ADR 0032). A gateway without a worker in its
-process (``longhaul gateway``) has no hand-off: its tasks are claimed from the run queue.
+a short task needs no claim and no queue hop (ADR 0032). A blocking SendMessage then answers
+with the task as that runner's last commit left it (``Slot.ran``), without a reload. A gateway
+without a worker in its process (``longhaul gateway``) has no hand-off: its tasks are claimed
+from the run queue.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ class Slot(Protocol):
 
     def release(self) -> None:
         """Give the slot back: no lease was granted."""
+        ...
+
+    async def ran(self, timeout: float) -> Task | None:  # noqa: ASYNC109 - a bound, as TaskWaiter's
+        """The task as the slot's runner last committed it, once that runner is done within ``timeout``.
+
+        None when nothing ran, the runner is still running at the timeout, or it stopped without
+        its lease: the caller then learns the task's state from the log.
+        """
         ...
 
 

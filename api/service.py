@@ -107,12 +107,12 @@ class A2AService:
         first message with a bare Message (``answers_with_message``); that answer always waits
         for the task to settle, as ``returnImmediately`` has no effect on Message results.
         """
-        task = await self.accept_message(request)
+        task, slot = await self._accept(request)
         configuration = request.configuration
         if self.answers_with_message(task):
-            return await self.message_answer(task)
+            return await self.message_answer(task, slot)
         if configuration is None or not configuration.return_immediately:
-            task = await self._settled(task)
+            task = await self._settled(task, slot)
         history_length = configuration.history_length if configuration is not None else None
         return {"task": task_to_wire(task, history_length=history_length)}
 
@@ -124,6 +124,11 @@ class A2AService:
         created one and stored in the same commit as the task's ``Submitted`` (or the answer's
         ``InputReceived``).
         """
+        task, _ = await self._accept(request)
+        return task
+
+    async def _accept(self, request: SendMessageRequest) -> tuple[Task, Slot | None]:
+        """``accept_message``, with the worker slot of this process the new task was handed to."""
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
         message = request.message
@@ -146,7 +151,7 @@ class A2AService:
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
                 )
-            return await asyncio.to_thread(
+            answered = await asyncio.to_thread(
                 self._store.answer,
                 _task_id(message.task_id),
                 tenant=tenant,
@@ -157,10 +162,11 @@ class A2AService:
             )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
+        return answered, None
 
     async def _submit(
         self, *, tenant: str, message: JSON, skill: Skill, push_config: JSON | None, key_id: str | None
-    ) -> Task:
+    ) -> tuple[Task, Slot | None]:
         """A new task (or a resend's), handed to a free worker slot of this process if there is one.
 
         With a slot, the lease is granted in the submission's commit and the slot's runner starts
@@ -172,7 +178,7 @@ class A2AService:
         )
         slot = self._hand_off.reserve(skill.name, skill.version) if self._hand_off is not None else None
         if slot is None:
-            return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id)
+            return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
         leased = functools.partial(
             self._store.submit_leased,
             tenant=tenant,
@@ -187,7 +193,7 @@ class A2AService:
         submission = asyncio.ensure_future(asyncio.to_thread(leased))
         submission.add_done_callback(functools.partial(_settle, slot))
         task, _ = await asyncio.shield(submission)
-        return task
+        return task, slot
 
     def answers_with_message(self, task: Task) -> bool:
         """Whether ``task``'s sends answer with a bare Message: its skill says so of its first message.
@@ -200,14 +206,14 @@ class A2AService:
             return False  # a finished task of a version this release dropped: it answers as a task
         return self._registry.get(task.skill, task.skill_version).answers_with_message(task.history[0])
 
-    async def message_answer(self, task: Task) -> JSON:
+    async def message_answer(self, task: Task, slot: Slot | None = None) -> JSON:
         """``{"message": reply}`` once ``task`` settled with its completion message as the reply.
 
         A task that settles any other way (failed, canceled, still running at the blocking
         timeout, completed without a message) answers ``{"task": …}``: the caller always learns
         what became of it. As a stream this is the one event before the stream closes.
         """
-        task = await self._settled(task)
+        task = await self._settled(task, slot)
         if task.state == TaskState.COMPLETED and task.status_message is not None:
             return {"message": task.status_message}
         return {"task": task_to_wire(task)}
@@ -385,9 +391,19 @@ class A2AService:
 
     # ------------------------------------------------------------------ waiting
 
-    async def _settled(self, task: Task) -> Task:
-        """Wait until ``task`` is terminal or interrupted, or the blocking timeout passes."""
+    async def _settled(self, task: Task, slot: Slot | None = None) -> Task:
+        """Wait until ``task`` is terminal or interrupted, or the blocking timeout passes.
+
+        A task handed to ``slot`` is answered with the task as its runner's last commit left it
+        when that settles it (no wake-up from the feed, no reload); otherwise, and whenever the
+        runner stopped without its lease, the waiter wakes on the log's events and the task is
+        reloaded.
+        """
         deadline = time.monotonic() + self._blocking_timeout_s
+        if slot is not None and task.state not in TERMINAL and task.state not in INTERRUPTED:
+            ran = await slot.ran(self._blocking_timeout_s)
+            if ran is not None and (ran.state in TERMINAL or ran.state in INTERRUPTED):
+                return ran
         while task.state not in TERMINAL and task.state not in INTERRUPTED:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -168,15 +168,15 @@ class Worker:
         self._reserved -= 1
         self._slot_freed.set()
 
-    def _start_handed(self, task: Task) -> None:
+    def _start_handed(self, task: Task) -> asyncio.Future[None] | None:
         """Run ``task``, whose lease this worker was granted in its submission's commit."""
         self._unreserve()
         if task.lease_owner != self.config.worker_id or task.id in self.runners:  # pragma: no cover
             log.error("task %s handed over without this worker's lease; not started", task.id)
-            return
+            return None
         if self.metrics is not None:
             self.metrics.claimed(task.skill)
-        self._start(
+        return self._start(
             LeasedTask(
                 store=self.store,
                 committer=self.committer,
@@ -187,16 +187,17 @@ class Worker:
             )
         )
 
-    def _start(self, lease: LeasedTask) -> None:
+    def _start(self, lease: LeasedTask) -> asyncio.Future[None] | None:
         task: Task = lease.task
         try:
             skill = self.registry.get(task.skill, task.skill_version)
         except UnknownSkillError:  # pragma: no cover - checked in _claim
-            return
+            return None
         runner = TaskRunner(lease, skill, self.policy, self.draining, self.metrics)
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())
         future.add_done_callback(functools.partial(self._finished, lease.task_id))
+        return future
 
     def _finished(self, task_id: UUID, future: asyncio.Future[None]) -> None:
         self.runners.pop(task_id, None)
@@ -282,6 +283,9 @@ class Reservation:
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
         self._settled = False
+        self._lease: LeasedTask | None = None
+        self._run: asyncio.Future[None] | None = None
+        self._started = asyncio.Event()
 
     @property
     def worker_id(self) -> str:
@@ -297,10 +301,33 @@ class Reservation:
         """Run ``task`` (the worker's own copy) in the reserved slot: its lease was committed."""
         if not self._settled:
             self._settled = True
-            self._worker._start_handed(task)
+            self._run = self._worker._start_handed(task)
+            runner = self._worker.runners.get(task.id)
+            self._lease = runner.lease if runner is not None and self._run is not None else None
+            self._started.set()
 
     def release(self) -> None:
         """Give the slot back: the submission granted no lease (a resend, or it failed)."""
         if not self._settled:
             self._settled = True
             self._worker._unreserve()
+            self._started.set()
+
+    async def ran(self, timeout: float) -> Task | None:  # noqa: ASYNC109 - a bound, as TaskWaiter's
+        """The task as its runner's last commit left it, once the runner is done within ``timeout``.
+
+        None if the slot was released, the runner is still running at the timeout, or it stopped
+        without its lease (a cancel, a lease lost): then only the log says what the task is.
+        Waiting never cancels the runner.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._started.wait(), timeout)
+        if self._run is None or self._lease is None:
+            return None
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining > 0:
+            await asyncio.wait([self._run], timeout=remaining)
+        if not self._run.done() or self._lease.lost is not None:
+            return None
+        return self._lease.task

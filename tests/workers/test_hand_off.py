@@ -3,7 +3,8 @@
 On PostgreSQL and in memory: the lease is granted in the submission's commit and the reserved
 slot's runner runs the task with no claim; a resend grants nothing; reserved slots count as
 taken for claims; a worker that does not run, drains or lacks the skill version reserves nothing;
-the gateway's SendMessage starts the runner even when its caller is gone.
+the gateway's SendMessage starts the runner even when its caller is gone, and a blocking one
+answers with what the runner committed (no wait on the log) unless the runner lost its lease.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -20,6 +21,7 @@ from api.waiting import PollingWaiter
 from api.wire import SendMessageRequest
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
+from projections.task_wire import task_to_wire
 from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.metrics import WorkerMetrics
@@ -221,3 +223,46 @@ async def test_send_message_hands_the_task_over_and_a_gone_caller_still_gets_it_
     release.set()
     await _wait_for(lambda: not worker.runners)
     assert store.run_queue.claimable(_clock(), 10, [("held", 1)]) == []  # neither went through the queue
+
+
+class _NoWake:
+    """A waiter that fails the test if the service ever waits on the log."""
+
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109 - the port's
+        raise AssertionError(f"waited on the log for {task.id}")
+
+
+async def test_a_blocking_send_answers_with_what_the_runner_committed(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    service = A2AService(
+        store=store, registry=registry, clock=_clock, default_skill="done", waiter=_NoWake(), hand_off=worker
+    )
+    answer = await service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+
+    wire = answer["task"]
+    assert wire["status"]["state"] == "TASK_STATE_COMPLETED"
+    stored = store.get(UUID(wire["id"]))
+    assert wire == task_to_wire(stored)  # the runner's copy is the log's task, version for version
+
+
+async def test_a_runner_that_loses_its_lease_leaves_the_answer_to_the_log(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    service = A2AService(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        default_skill="held",
+        waiter=PollingWaiter(store),
+        hand_off=worker,
+    )
+    sending = asyncio.ensure_future(
+        service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+    )
+    await _wait_for(lambda: len(worker.runners) == 1)
+    (task_id,) = worker.runners
+    await asyncio.to_thread(store.cancel, task_id, tenant="default", clock=_clock)  # the runner is fenced out
+
+    answer = await asyncio.wait_for(sending, 10)
+    assert answer["task"]["status"]["state"] == "TASK_STATE_CANCELED"
