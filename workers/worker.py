@@ -170,7 +170,7 @@ class Worker:
 
     def _start_handed(self, task: Task) -> asyncio.Future[None] | None:
         """Run ``task``, whose lease this worker was granted in its submission's commit."""
-        self._unreserve()
+        self._reserved -= 1  # the slot turns into a runner: nothing freed, no claim round to wake
         if task.lease_owner != self.config.worker_id or task.id in self.runners:  # pragma: no cover
             log.error("task %s handed over without this worker's lease; not started", task.id)
             return None
