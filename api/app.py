@@ -153,7 +153,7 @@ def create_app(
     closed when more than ``stream_max_pending`` events wait for its reader.
     ``audit_verifier_keys`` are the keys the log's checkpoints verify with (the current one
     first): ``/audit/v1/log-key`` serves them, the timeline page verifies receipts with them.
-    ``hand_off`` is this process's worker, which takes new tasks at once into a free slot
+    ``hand_off`` is this process's worker, which takes blocking sends' new tasks into a free slot
     (``api.hand_off``; ``longhaul up``).
     """
     service = A2AService(

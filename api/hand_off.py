@@ -1,10 +1,10 @@
 """The port through which the gateway hands a task it submits to a worker slot of its own process.
 
-``longhaul up`` runs the gateway beside a worker: when that worker has a free slot, the gateway
-reserves it, grants the new task's lease to it in the submission's own commit
-(``TaskApplication.submit_leased``) and starts the runner with the worker's copy of the task, so
-a short task needs no claim and no queue hop (ADR 0032). A blocking SendMessage then answers
-with the task as that runner's last commit left it (``Slot.ran``), without a reload. A gateway
+``longhaul up`` runs the gateway beside a worker: when a blocking SendMessage starts a task and
+that worker has a free slot, the gateway reserves it, grants the new task's lease to it in the
+submission's own commit (``TaskApplication.submit_leased``) and starts the runner with the
+worker's copy of the task, so a short task needs no claim and no queue hop (ADR 0032). The call
+then answers with the task as that runner's last commit left it (``Slot.ran``), without a reload. A gateway
 without a worker in its process (``longhaul gateway``) has no hand-off: its tasks are claimed
 from the run queue.
 """

@@ -74,7 +74,8 @@ class A2AService:
     ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
     ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
     non-public addresses (``store.push_urls``). ``hand_off`` is the worker of this process
-    (``longhaul up``) that takes a new task at once when it has a free slot (``api.hand_off``).
+    (``longhaul up``) that takes a blocking send's new task at once into a free slot
+    (``api.hand_off``).
     """
 
     def __init__(
@@ -107,11 +108,12 @@ class A2AService:
         first message with a bare Message (``answers_with_message``); that answer always waits
         for the task to settle, as ``returnImmediately`` has no effect on Message results.
         """
-        task, slot = await self._accept(request)
         configuration = request.configuration
+        waits = configuration is None or not configuration.return_immediately
+        task, slot = await self._accept(request, hand_off=waits)
         if self.answers_with_message(task):
             return await self.message_answer(task, slot)
-        if configuration is None or not configuration.return_immediately:
+        if waits:
             task = await self._settled(task, slot)
         history_length = configuration.history_length if configuration is not None else None
         return {"task": task_to_wire(task, history_length=history_length)}
@@ -124,11 +126,16 @@ class A2AService:
         created one and stored in the same commit as the task's ``Submitted`` (or the answer's
         ``InputReceived``).
         """
-        task, _ = await self._accept(request)
+        task, _ = await self._accept(request, hand_off=False)
         return task
 
-    async def _accept(self, request: SendMessageRequest) -> tuple[Task, Slot | None]:
-        """``accept_message``, with the worker slot of this process the new task was handed to."""
+    async def _accept(self, request: SendMessageRequest, *, hand_off: bool) -> tuple[Task, Slot | None]:
+        """``accept_message``; a new task is handed to a free worker slot of this process if ``hand_off``.
+
+        Only a blocking SendMessage hands its task over: its caller waits for the runner anyway.
+        An answer that does not wait (returnImmediately, the first frame of a stream) goes out
+        before the task is claimed from the queue, as it measured faster that way (ADR 0032).
+        """
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
         message = request.message
@@ -150,6 +157,7 @@ class A2AService:
                     skill=self._skill_for(request),
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
+                    hand_off=hand_off,
                 )
             answered = await asyncio.to_thread(
                 self._store.answer,
@@ -165,7 +173,14 @@ class A2AService:
         return answered, None
 
     async def _submit(
-        self, *, tenant: str, message: JSON, skill: Skill, push_config: JSON | None, key_id: str | None
+        self,
+        *,
+        tenant: str,
+        message: JSON,
+        skill: Skill,
+        push_config: JSON | None,
+        key_id: str | None,
+        hand_off: bool,
     ) -> tuple[Task, Slot | None]:
         """A new task (or a resend's), handed to a free worker slot of this process if there is one.
 
@@ -176,7 +191,9 @@ class A2AService:
         submit = functools.partial(
             self._store.submit, tenant=tenant, message=message, skill=skill, clock=self._clock
         )
-        slot = self._hand_off.reserve(skill.name, skill.version) if self._hand_off is not None else None
+        slot = None
+        if hand_off and self._hand_off is not None:
+            slot = self._hand_off.reserve(skill.name, skill.version)
         if slot is None:
             return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
         leased = functools.partial(
@@ -191,8 +208,11 @@ class A2AService:
             key_id=key_id,
         )
         submission = asyncio.ensure_future(asyncio.to_thread(leased))
+        answer = asyncio.shield(
+            submission
+        )  # first: this caller resumes (and answers) before the runner starts
         submission.add_done_callback(functools.partial(_settle, slot))
-        task, _ = await asyncio.shield(submission)
+        task, _ = await answer
         return task, slot
 
     def answers_with_message(self, task: Task) -> bool:

@@ -144,7 +144,7 @@ async def _gateway_app(
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
 
     Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
-    ``hand_off`` is the worker of this process (``up``), which takes new tasks into its free slots.
+    ``hand_off`` is the worker of this process (``up``), which takes blocking sends' new tasks.
     """
     registry = wiring.build_registry(settings)
     api_keys = wiring.key_ring(settings)
@@ -463,8 +463,8 @@ async def up(settings: Settings) -> None:
     ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay, the
     projector, the webhook dispatcher (with a webhook secret it makes in the data directory
     when none is set, as it makes the checkpoint signing key) and the sequencer. The gateway
-    hands a new task straight to a free slot of the worker, its lease granted in the
-    submission's commit (ADR 0032). With
+    hands a blocking send's new task straight to a free slot of the worker, its lease granted
+    in the submission's commit (ADR 0032). With
     ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL, NATS, relay,
     projector, dispatcher or sequencer (and ListTasks is unsupported).
     """

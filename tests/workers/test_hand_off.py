@@ -3,7 +3,7 @@
 On PostgreSQL and in memory: the lease is granted in the submission's commit and the reserved
 slot's runner runs the task with no claim; a resend grants nothing; reserved slots count as
 taken for claims; a worker that does not run, drains or lacks the skill version reserves nothing;
-the gateway's SendMessage starts the runner even when its caller is gone, and a blocking one
+only a blocking SendMessage hands over, starts the runner even when its caller is gone, and
 answers with what the runner committed (no wait on the log) unless the runner lost its lease.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -192,7 +193,7 @@ async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_sk
     assert process.reserve("done", 1) is None  # stopped
 
 
-async def test_send_message_hands_the_task_over_and_a_gone_caller_still_gets_it_run(
+async def test_only_a_blocking_send_hands_over_and_a_gone_caller_still_gets_it_run(
     store: TaskApplication, registry: SkillRegistry, worker: Worker, release: asyncio.Event
 ) -> None:
     service = A2AService(
@@ -207,22 +208,25 @@ async def test_send_message_hands_the_task_over_and_a_gone_caller_still_gets_it_
         {"message": _message(), "configuration": {"returnImmediately": True}}
     )
     answer = await service.send_message(request)
-    assert answer["task"]["status"]["state"] == "TASK_STATE_WORKING"  # leased in the submission's commit
-    assert len(worker.runners) == 1
+    assert answer["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"  # queued: an answer that does not wait
 
     gone = asyncio.ensure_future(
-        service.accept_message(SendMessageRequest.model_validate({"message": _message()}))
+        service.send_message(SendMessageRequest.model_validate({"message": _message()}))
     )
     await asyncio.sleep(0)  # the submission's thread is on its way
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gone
-    await _wait_for(lambda: len(worker.runners) == 2)  # started once its commit returned
-    assert worker.reserve("held", 1) is None  # both slots run
+    await _wait_for(lambda: len(worker.runners) == 2)  # the queued one claimed, the gone one started
+    handed = [t for t in worker.runners if t != UUID(answer["task"]["id"])]
+    history: list[Any] = list(store.history(handed[0]))
+    assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
+    assert history[1].timestamp == history[0].timestamp  # granted in the submission's commit, not claimed
+    queued: list[Any] = list(store.history(UUID(answer["task"]["id"])))
+    assert queued[1].timestamp > queued[0].timestamp  # claimed from the queue afterwards
 
     release.set()
     await _wait_for(lambda: not worker.runners)
-    assert store.run_queue.claimable(_clock(), 10, [("held", 1)]) == []  # neither went through the queue
 
 
 class _NoWake:
