@@ -36,6 +36,7 @@ from api.audit_pages import route_error as audit_page_error
 from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
 from api.errors import A2AError
+from api.hand_off import HandOff
 from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import GatewayLoadCollector, gateway_registry
 from api.overload import DEFAULT_LIMIT, UNLIMITED, LimitInFlight
@@ -128,6 +129,7 @@ def create_app(
     stream_keepalive_s: float = DEFAULT_KEEPALIVE_S,
     stream_max_pending: int = DEFAULT_MAX_PENDING,
     audit_verifier_keys: Sequence[VerifierKey] = (),
+    hand_off: HandOff | None = None,
 ) -> Litestar:
     """The gateway app over ``store``.
 
@@ -151,6 +153,8 @@ def create_app(
     closed when more than ``stream_max_pending`` events wait for its reader.
     ``audit_verifier_keys`` are the keys the log's checkpoints verify with (the current one
     first): ``/audit/v1/log-key`` serves them, the timeline page verifies receipts with them.
+    ``hand_off`` is this process's worker, which takes blocking sends' new tasks into a free slot
+    (``api.hand_off``; ``longhaul up``).
     """
     service = A2AService(
         store=store,
@@ -161,6 +165,7 @@ def create_app(
         blocking_timeout_s=blocking_timeout_s,
         task_view=open_view(store),
         allow_private_webhooks=allow_private_webhooks,
+        hand_off=hand_off,
     )
     metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
     streams = TaskStreams(

@@ -13,6 +13,7 @@ config's secrets back (``push_config_to_wire``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 from uuid import UUID, uuid4
@@ -26,6 +27,7 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
+from api.hand_off import HandOff, Slot
 from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
@@ -71,7 +73,9 @@ class A2AService:
 
     ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
     ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
-    non-public addresses (``store.push_urls``).
+    non-public addresses (``store.push_urls``). ``hand_off`` is the worker of this process
+    (``longhaul up``) that takes a blocking send's new task at once into a free slot
+    (``api.hand_off``).
     """
 
     def __init__(
@@ -85,8 +89,10 @@ class A2AService:
         blocking_timeout_s: float = 600,
         task_view: TaskViewRecorder | None = None,
         allow_private_webhooks: bool = False,
+        hand_off: HandOff | None = None,
     ) -> None:
         self._store = store
+        self._hand_off = hand_off
         self._allow_private_webhooks = allow_private_webhooks
         self._view = task_view
         self._registry = registry
@@ -102,12 +108,13 @@ class A2AService:
         first message with a bare Message (``answers_with_message``); that answer always waits
         for the task to settle, as ``returnImmediately`` has no effect on Message results.
         """
-        task = await self.accept_message(request)
         configuration = request.configuration
+        waits = configuration is None or not configuration.return_immediately
+        task, slot = await self._accept(request, hand_off=waits)
         if self.answers_with_message(task):
-            return await self.message_answer(task)
-        if configuration is None or not configuration.return_immediately:
-            task = await self._settled(task)
+            return await self.message_answer(task, slot)
+        if waits:
+            task = await self._settled(task, slot)
         history_length = configuration.history_length if configuration is not None else None
         return {"task": task_to_wire(task, history_length=history_length)}
 
@@ -118,6 +125,16 @@ class A2AService:
         commit left it. An inline ``configuration.taskPushNotificationConfig`` is checked like a
         created one and stored in the same commit as the task's ``Submitted`` (or the answer's
         ``InputReceived``).
+        """
+        task, _ = await self._accept(request, hand_off=False)
+        return task
+
+    async def _accept(self, request: SendMessageRequest, *, hand_off: bool) -> tuple[Task, Slot | None]:
+        """``accept_message``; a new task is handed to a free worker slot of this process if ``hand_off``.
+
+        Only a blocking SendMessage hands its task over: its caller waits for the runner anyway.
+        An answer that does not wait (returnImmediately, the first frame of a stream) goes out
+        before the task is claimed from the queue, as it measured faster that way (ADR 0032).
         """
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
@@ -134,16 +151,15 @@ class A2AService:
             )
         try:
             if message.task_id is None:
-                return await asyncio.to_thread(
-                    self._store.submit,
+                return await self._submit(
                     tenant=tenant,
                     message=message.to_json(),
                     skill=self._skill_for(request),
-                    clock=self._clock,
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
+                    hand_off=hand_off,
                 )
-            return await asyncio.to_thread(
+            answered = await asyncio.to_thread(
                 self._store.answer,
                 _task_id(message.task_id),
                 tenant=tenant,
@@ -154,6 +170,50 @@ class A2AService:
             )
         except (TaskTerminalError, ApplicationError, ConflictError) as error:
             raise _refused_answer(error) from None
+        return answered, None
+
+    async def _submit(
+        self,
+        *,
+        tenant: str,
+        message: JSON,
+        skill: Skill,
+        push_config: JSON | None,
+        key_id: str | None,
+        hand_off: bool,
+    ) -> tuple[Task, Slot | None]:
+        """A new task (or a resend's), handed to a free worker slot of this process if there is one.
+
+        With a slot, the lease is granted in the submission's commit and the slot's runner starts
+        once the commit returns, whether or not this call is still awaited (a client that hung up
+        leaves no leased task without a runner); a resend, or a failure, gives the slot back.
+        """
+        submit = functools.partial(
+            self._store.submit, tenant=tenant, message=message, skill=skill, clock=self._clock
+        )
+        slot = None
+        if hand_off and self._hand_off is not None:
+            slot = self._hand_off.reserve(skill.name, skill.version)
+        if slot is None:
+            return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
+        leased = functools.partial(
+            self._store.submit_leased,
+            tenant=tenant,
+            message=message,
+            skill=skill,
+            clock=self._clock,
+            worker=slot.worker_id,
+            lease_seconds=slot.lease_seconds,
+            push_config=push_config,
+            key_id=key_id,
+        )
+        submission = asyncio.ensure_future(asyncio.to_thread(leased))
+        answer = asyncio.shield(
+            submission
+        )  # first: this caller resumes (and answers) before the runner starts
+        submission.add_done_callback(functools.partial(_settle, slot))
+        task, _ = await answer
+        return task, slot
 
     def answers_with_message(self, task: Task) -> bool:
         """Whether ``task``'s sends answer with a bare Message: its skill says so of its first message.
@@ -166,14 +226,14 @@ class A2AService:
             return False  # a finished task of a version this release dropped: it answers as a task
         return self._registry.get(task.skill, task.skill_version).answers_with_message(task.history[0])
 
-    async def message_answer(self, task: Task) -> JSON:
+    async def message_answer(self, task: Task, slot: Slot | None = None) -> JSON:
         """``{"message": reply}`` once ``task`` settled with its completion message as the reply.
 
         A task that settles any other way (failed, canceled, still running at the blocking
         timeout, completed without a message) answers ``{"task": …}``: the caller always learns
         what became of it. As a stream this is the one event before the stream closes.
         """
-        task = await self._settled(task)
+        task = await self._settled(task, slot)
         if task.state == TaskState.COMPLETED and task.status_message is not None:
             return {"message": task.status_message}
         return {"task": task_to_wire(task)}
@@ -351,9 +411,19 @@ class A2AService:
 
     # ------------------------------------------------------------------ waiting
 
-    async def _settled(self, task: Task) -> Task:
-        """Wait until ``task`` is terminal or interrupted, or the blocking timeout passes."""
+    async def _settled(self, task: Task, slot: Slot | None = None) -> Task:
+        """Wait until ``task`` is terminal or interrupted, or the blocking timeout passes.
+
+        A task handed to ``slot`` is answered with the task as its runner's last commit left it
+        when that settles it (no wake-up from the feed, no reload); otherwise, and whenever the
+        runner stopped without its lease, the waiter wakes on the log's events and the task is
+        reloaded.
+        """
         deadline = time.monotonic() + self._blocking_timeout_s
+        if slot is not None and task.state not in TERMINAL and task.state not in INTERRUPTED:
+            ran = await slot.ran(self._blocking_timeout_s)
+            if ran is not None and (ran.state in TERMINAL or ran.state in INTERRUPTED):
+                return ran
         while task.state not in TERMINAL and task.state not in INTERRUPTED:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -361,6 +431,17 @@ class A2AService:
             await self._waiter.wait_for_change(task, remaining)
             task = await asyncio.to_thread(self._store.get, task.id)
         return task
+
+
+def _settle(slot: Slot, submission: asyncio.Future[tuple[Task, Task | None]]) -> None:
+    """Start the slot's runner with the worker's copy if the submission granted it the lease, else free it."""
+    granted = None
+    if not submission.cancelled() and submission.exception() is None:
+        _, granted = submission.result()
+    if granted is None:
+        slot.release()
+    else:
+        slot.start(granted)
 
 
 def push_config_to_wire(task_id: UUID, config: JSON) -> JSON:

@@ -139,10 +139,12 @@ async def _gateway_app(
     clock: Clock,
     port: int,
     worker_metrics: WorkerMetrics | None = None,
+    hand_off: Worker | None = None,
 ) -> AsyncIterator[Any]:
     """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
 
     Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
+    ``hand_off`` is the worker of this process (``up``), which takes blocking sends' new tasks.
     """
     registry = wiring.build_registry(settings)
     api_keys = wiring.key_ring(settings)
@@ -187,6 +189,7 @@ async def _gateway_app(
             stream_keepalive_s=settings.stream_keepalive_seconds,
             stream_max_pending=settings.stream_max_pending,
             audit_verifier_keys=wiring.audit_verifier_keys(settings),
+            hand_off=hand_off,
         )
     finally:
         if feed is not None:
@@ -274,10 +277,8 @@ async def worker(settings: Settings) -> None:
         store.close()
 
 
-async def _worker(
-    settings: Settings, store: TaskApplication, stop: asyncio.Event, metrics: WorkerMetrics | None = None
-) -> None:
-    process = Worker(
+def _build_worker(settings: Settings, store: TaskApplication, metrics: WorkerMetrics | None = None) -> Worker:
+    return Worker(
         metrics=metrics,
         store=store,
         registry=wiring.build_registry(settings),
@@ -285,6 +286,17 @@ async def _worker(
         config=wiring.worker_config(settings),
         policy=wiring.run_policy(settings),
     )
+
+
+async def _worker(
+    settings: Settings,
+    store: TaskApplication,
+    stop: asyncio.Event,
+    metrics: WorkerMetrics | None = None,
+    process: Worker | None = None,
+) -> None:
+    if process is None:
+        process = _build_worker(settings, store, metrics)
     try:
         await process.run(stop)
     except ReleaseMismatchError as error:
@@ -450,7 +462,9 @@ async def up(settings: Settings) -> None:
     Starts embedded PostgreSQL and NATS when their URLs are unset, and a fake IAM when
     ``LONGHAUL_IAM_URL`` is unset; then the gateway, a worker, the sweeper, the relay, the
     projector, the webhook dispatcher (with a webhook secret it makes in the data directory
-    when none is set, as it makes the checkpoint signing key) and the sequencer. With
+    when none is set, as it makes the checkpoint signing key) and the sequencer. The gateway
+    hands a blocking send's new task straight to a free slot of the worker, its lease granted
+    in the submission's commit (ADR 0032). With
     ``LONGHAUL_STORE=memory`` the tasks live in this process only: no PostgreSQL, NATS, relay,
     projector, dispatcher or sequencer (and ListTasks is unsupported).
     """
@@ -477,11 +491,13 @@ async def up(settings: Settings) -> None:
         store = _open_store(settings, pool_size=STORE_POOL_SIZE)
         try:
             metrics = WorkerMetrics()  # the worker's, served by this process's gateway at /metrics
-            async with _gateway_app(settings, store, wiring.system_clock(settings), port, metrics) as app:
+            worker_part = _build_worker(settings, store, metrics)  # the gateway hands it new tasks
+            clock = wiring.system_clock(settings)
+            async with _gateway_app(settings, store, clock, port, metrics, hand_off=worker_part) as app:
                 url = wiring.public_url(settings, port)
                 parts += [
                     _serve(app, gateway_sock, stop),
-                    _worker(settings, store, stop, metrics),
+                    _worker(settings, store, stop, process=worker_part),
                     _sweeper(settings, store).run(stop),
                 ]
                 if not in_memory:

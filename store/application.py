@@ -6,9 +6,9 @@ them. A lost race surfaces as ``ConflictError``; the use cases retry it after re
 the one executor of ``store.retry``. The domain's ``LeaseLostError`` is raised by the command
 itself after a reload, and stops the caller.
 
-The use cases, by caller: the gateway's ``submit``, ``answer``, ``cancel``, ``get_visible``,
-``set_push_config`` and ``remove_push_config``; the sweeper's ``end_pause`` and ``expire``; the
-worker's ``claim`` and ``commit_leased``. Domain errors propagate from them; the application's
+The use cases, by caller: the gateway's ``submit`` (and ``submit_leased``), ``answer``, ``cancel``,
+``get_visible``, ``set_push_config`` and ``remove_push_config``; the sweeper's ``end_pause`` and
+``expire``; the worker's ``claim`` and ``commit_leased``. Domain errors propagate from them; the application's
 own refusals are in ``store.errors`` (among them the two ways an answer finds a task not waiting
 for it, which carry the task's state or deadline for the caller's message).
 """
@@ -16,6 +16,7 @@ for it, which carry the task's state or deadline for the caller's message).
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import logging
@@ -33,7 +34,7 @@ from domain.clock import Clock
 from domain.errors import NotPausedError, PauseDeadlinePassedError
 from domain.skill import Skill
 from domain.states import TaskState
-from domain.task import Task
+from domain.task import Task, lease_end
 from store import migrations
 from store.config import MemoryConfig, StoreConfig, memory_env, postgres_env
 from store.errors import (
@@ -266,6 +267,8 @@ class TaskApplication(Application[UUID]):
     ) -> Task:
         """Start a task for a client's first ``message``, or answer a resend with the task it started.
 
+        ``submit_leased`` is the same, with the lease granted in the same commit.
+
         The task id derives from tenant and ``messageId`` (``task_id_for``). The task is saved
         without reading first: the append itself finds an existing task (a resend, or the same
         message sent concurrently by a caller that won), which is then loaded and checked.
@@ -286,6 +289,57 @@ class TaskApplication(Application[UUID]):
             ContextMismatchError: A resend naming another context than its task's.
             TaskIdCollisionError: The derived id names a task another message started.
         """
+        task, _ = self._submit(
+            tenant=tenant, message=message, skill=skill, clock=clock, push_config=push_config, key_id=key_id
+        )
+        return task
+
+    def submit_leased(
+        self,
+        *,
+        tenant: str,
+        message: JSON,
+        skill: Skill,
+        clock: Clock,
+        worker: str,
+        lease_seconds: float,
+        push_config: JSON | None = None,
+        key_id: str | None = None,
+    ) -> tuple[Task, Task | None]:
+        """``submit``, with the new task's lease granted to ``worker`` in the submission's own commit.
+
+        A worker slot of the gateway's own process takes the task at once, with no queue hop
+        (ADR 0032). The commit holds ``Submitted`` and ``LeaseGranted`` (epoch 1, until
+        ``lease_seconds`` after the submission): the lease is the fence, exactly as a claim's. If
+        the process dies after this commit, the lease expires and any worker takes the task over.
+
+        Returns:
+            The task as committed (for the caller's answer), and the worker's own copy of it when
+            this call granted the lease; ``None`` for a resend (nothing was appended: the task the
+            first send started is returned, and whoever holds it keeps it).
+        """
+        return self._submit(
+            tenant=tenant,
+            message=message,
+            skill=skill,
+            clock=clock,
+            push_config=push_config,
+            key_id=key_id,
+            lease=(worker, lease_seconds),
+        )
+
+    def _submit(
+        self,
+        *,
+        tenant: str,
+        message: JSON,
+        skill: Skill,
+        clock: Clock,
+        push_config: JSON | None,
+        key_id: str | None,
+        lease: tuple[str, float] | None = None,
+    ) -> tuple[Task, Task | None]:
+        """The one submission: the new task saved without a read first, or the resent one loaded."""
         task_id = task_id_for(tenant, message["messageId"])
         context_id = message.get("contextId") or str(uuid4())
         first = {**message, "taskId": str(task_id), "contextId": context_id}
@@ -303,15 +357,28 @@ class TaskApplication(Application[UUID]):
         )
         if push_config is not None:
             task.set_push_config(now=task.created_on, config=push_config, key_id=key_id)
+        if lease is not None:
+            worker, seconds = lease
+            task.grant_lease(worker=worker, now=task.created_on, until=lease_end(task.created_on, seconds))
         try:
             if key is not None:
                 self.save_tasks(task, new_keys=[key])
             else:
                 self.save_tasks(task)
         except ConflictError:
-            return self._resent(self.get(task_id), tenant=tenant, message=message)
+            return self._resent(self.get(task_id), tenant=tenant, message=message), None
         _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, tenant)
-        return task
+        if lease is None:
+            return task, None
+        _lifecycle(
+            task,
+            "handed to %s at epoch %d in its submission's commit",
+            lease[0],
+            task.lease_epoch,
+            worker=lease[0],
+            epoch=task.lease_epoch,
+        )
+        return task, copy.deepcopy(task)  # the runner's copy: its commits never touch the answer's
 
     def get_visible(self, task_id: UUID, *, tenant: str) -> Task:
         """The task, if it exists for ``tenant`` and has not expired.

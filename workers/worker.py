@@ -1,4 +1,9 @@
-"""The worker: claims runnable tasks under a lease and runs them, up to a concurrency limit."""
+"""The worker: claims runnable tasks under a lease and runs them, up to a concurrency limit.
+
+A gateway in the same process (``longhaul up``) may hand a task it submits straight to a free
+slot (``Worker.reserve``, ADR 0032): the lease is granted in the submission's own commit
+(``TaskApplication.submit_leased``) and the runner starts without a claim.
+"""
 
 from __future__ import annotations
 
@@ -67,6 +72,9 @@ class Worker:
         self.claim_committer = Committer(store)
         self._skills = [(s.name, s.version) for s in registry.all()]
         self._wakeup = Wakeup(store.run_queue)
+        self._running = False
+        self._reserved = 0
+        """Slots reserved for tasks a gateway of this process is submitting (``reserve``)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until ``stop`` is set, then drain (see ``_drain``)."""
@@ -74,6 +82,7 @@ class Worker:
         self._wakeup.start()
         watcher = asyncio.ensure_future(self._watch())
         log.info("worker %s started (concurrency %d)", self.config.worker_id, self.config.concurrency)
+        self._running = True
         try:
             while not stop.is_set():
                 claimed = await self._claim_some()
@@ -81,6 +90,7 @@ class Worker:
                     continue
                 await self._idle(stop)
         finally:
+            self._running = False
             await self._drain()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -91,7 +101,7 @@ class Worker:
     # ------------------------------------------------------------------ claiming
 
     async def _claim_some(self) -> int:
-        free = self.config.concurrency - len(self.runners)
+        free = self.config.concurrency - len(self.runners) - self._reserved
         if free <= 0:
             return 0
         now = self.clock()
@@ -99,6 +109,8 @@ class Worker:
         candidates = [c for c in candidates if c not in self.runners]
         # Workers read the same queue head: pick at random among it so they rarely collide.
         chosen = random.sample(candidates, min(free, len(candidates)))
+        if not chosen:  # woken by an append that left nothing to claim (a handed-off task's, say)
+            return 0
         loaded = await asyncio.to_thread(self.store.get_many, chosen)  # two queries for them all
         leases = await asyncio.gather(*(self._claim(task) for task in loaded.values()))
         for lease in leases:
@@ -135,16 +147,57 @@ class Worker:
             lease_seconds=self.config.lease_seconds,
         )
 
-    def _start(self, lease: LeasedTask) -> None:
+    # ------------------------------------------------------------------ hand-off from the gateway
+
+    def reserve(self, skill: str, version: int) -> Reservation | None:
+        """A free slot for a task of ``skill`` v``version`` about to be submitted, if there is one.
+
+        None while the worker is not running (or drains), when every slot is taken or reserved,
+        or for a skill version it does not run. The caller grants the lease to ``worker_id`` in
+        the submission's commit, then starts the runner (``Reservation.start``) or gives the slot
+        back (``Reservation.release``).
+        """
+        if not self._running or self.draining.is_set() or not self.registry.has(skill, version):
+            return None
+        if len(self.runners) + self._reserved >= self.config.concurrency:
+            return None
+        self._reserved += 1
+        return Reservation(self)
+
+    def _unreserve(self) -> None:
+        self._reserved -= 1
+        self._slot_freed.set()
+
+    def _start_handed(self, task: Task) -> asyncio.Future[None] | None:
+        """Run ``task``, whose lease this worker was granted in its submission's commit."""
+        self._reserved -= 1  # the slot turns into a runner: nothing freed, no claim round to wake
+        if task.lease_owner != self.config.worker_id or task.id in self.runners:  # pragma: no cover
+            log.error("task %s handed over without this worker's lease; not started", task.id)
+            return None
+        if self.metrics is not None:
+            self.metrics.claimed(task.skill)
+        return self._start(
+            LeasedTask(
+                store=self.store,
+                committer=self.committer,
+                task=task,
+                epoch=task.lease_epoch,
+                clock=self.clock,
+                lease_seconds=self.config.lease_seconds,
+            )
+        )
+
+    def _start(self, lease: LeasedTask) -> asyncio.Future[None] | None:
         task: Task = lease.task
         try:
             skill = self.registry.get(task.skill, task.skill_version)
         except UnknownSkillError:  # pragma: no cover - checked in _claim
-            return
+            return None
         runner = TaskRunner(lease, skill, self.policy, self.draining, self.metrics)
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())
         future.add_done_callback(functools.partial(self._finished, lease.task_id))
+        return future
 
     def _finished(self, task_id: UUID, future: asyncio.Future[None]) -> None:
         self.runners.pop(task_id, None)
@@ -155,7 +208,7 @@ class Worker:
     async def _idle(self, stop: asyncio.Event) -> None:
         """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
         timeout = self.config.poll_seconds
-        if len(self.runners) < self.config.concurrency:
+        if len(self.runners) + self._reserved < self.config.concurrency:
             next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end, self._skills)
             if next_end is not None:
                 until_expiry = (next_end - self.clock()).total_seconds() + 0.01
@@ -208,11 +261,11 @@ class Worker:
         Every lease still held is released, so another worker resumes at once.
         """
         self.draining.set()
-        if not self.runners:
+        if not self.runners and not self._reserved:
             return
         log.info("draining %d running tasks (grace %.1fs)", len(self.runners), self.config.grace_seconds)
         deadline = asyncio.get_running_loop().time() + self.config.grace_seconds
-        while self.runners and asyncio.get_running_loop().time() < deadline:
+        while (self.runners or self._reserved) and asyncio.get_running_loop().time() < deadline:
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), deadline - asyncio.get_running_loop().time())
@@ -222,3 +275,59 @@ class Worker:
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), 1.0)
+
+
+class Reservation:
+    """A worker slot held for one submission (``Worker.reserve``): started or released, once."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self._settled = False
+        self._lease: LeasedTask | None = None
+        self._run: asyncio.Future[None] | None = None
+        self._started = asyncio.Event()
+
+    @property
+    def worker_id(self) -> str:
+        """The worker the submission grants the lease to."""
+        return self._worker.config.worker_id
+
+    @property
+    def lease_seconds(self) -> float:
+        """The length of the lease the submission grants."""
+        return self._worker.config.lease_seconds
+
+    def start(self, task: Task) -> None:
+        """Run ``task`` (the worker's own copy) in the reserved slot: its lease was committed."""
+        if not self._settled:
+            self._settled = True
+            self._run = self._worker._start_handed(task)
+            runner = self._worker.runners.get(task.id)
+            self._lease = runner.lease if runner is not None and self._run is not None else None
+            self._started.set()
+
+    def release(self) -> None:
+        """Give the slot back: the submission granted no lease (a resend, or it failed)."""
+        if not self._settled:
+            self._settled = True
+            self._worker._unreserve()
+            self._started.set()
+
+    async def ran(self, timeout: float) -> Task | None:  # noqa: ASYNC109 - a bound, as TaskWaiter's
+        """The task as its runner's last commit left it, once the runner is done within ``timeout``.
+
+        None if the slot was released, the runner is still running at the timeout, or it stopped
+        without its lease (a cancel, a lease lost): then only the log says what the task is.
+        Waiting never cancels the runner.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._started.wait(), timeout)
+        if self._run is None or self._lease is None:
+            return None
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining > 0:
+            await asyncio.wait([self._run], timeout=remaining)
+        if not self._run.done() or self._lease.lost is not None:
+            return None
+        return self._lease.task

@@ -1,0 +1,54 @@
+"""The port through which the gateway hands a task it submits to a worker slot of its own process.
+
+``longhaul up`` runs the gateway beside a worker: when a blocking SendMessage starts a task and
+that worker has a free slot, the gateway reserves it, grants the new task's lease to it in the
+submission's own commit (``TaskApplication.submit_leased``) and starts the runner with the
+worker's copy of the task, so a short task needs no claim and no queue hop (ADR 0032). The call
+then answers with the task as that runner's last commit left it (``Slot.ran``), without a reload. A gateway
+without a worker in its process (``longhaul gateway``) has no hand-off: its tasks are claimed
+from the run queue.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from domain.task import Task
+
+
+class Slot(Protocol):
+    """One reserved worker slot; exactly one of ``start`` and ``release`` follows the submission."""
+
+    @property
+    def worker_id(self) -> str:
+        """The worker the lease is granted to."""
+        ...
+
+    @property
+    def lease_seconds(self) -> float:
+        """The length of the lease to grant."""
+        ...
+
+    def start(self, task: Task) -> None:
+        """Run ``task`` (the worker's own copy), whose lease the submission committed."""
+        ...
+
+    def release(self) -> None:
+        """Give the slot back: no lease was granted."""
+        ...
+
+    async def ran(self, timeout: float) -> Task | None:  # noqa: ASYNC109 - a bound, as TaskWaiter's
+        """The task as the slot's runner last committed it, once that runner is done within ``timeout``.
+
+        None when nothing ran, the runner is still running at the timeout, or it stopped without
+        its lease: the caller then learns the task's state from the log.
+        """
+        ...
+
+
+class HandOff(Protocol):
+    """The workers of this process that take submitted tasks directly."""
+
+    def reserve(self, skill: str, version: int) -> Slot | None:
+        """A free slot for a task of ``skill`` v``version``, or None (the task is queued instead)."""
+        ...

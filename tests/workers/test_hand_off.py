@@ -1,0 +1,272 @@
+"""The hand-off (ADR 0032): a task a gateway of the worker's process submits is leased in its own commit.
+
+On PostgreSQL and in memory: the lease is granted in the submission's commit and the reserved
+slot's runner runs the task with no claim; a resend grants nothing; reserved slots count as
+taken for claims; a worker that does not run, drains or lacks the skill version reserves nothing;
+only a blocking SendMessage hands over, starts the runner even when its caller is gone, and
+answers with what the runner committed (no wait on the log) unless the runner lost its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+
+from api.service import A2AService
+from api.waiting import PollingWaiter
+from api.wire import SendMessageRequest
+from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
+from domain.task import Task
+from projections.task_wire import task_to_wire
+from store.application import TaskApplication
+from tests.support.tasks import new_task
+from workers.metrics import WorkerMetrics
+from workers.task_runner import RunPolicy
+from workers.worker import Worker, WorkerConfig
+
+LEASE_S = 30.0
+"""Far longer than any test here: a task that ends did so under its handed-over lease, not after it."""
+
+
+def _clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def _message(text: str = "go") -> dict[str, object]:
+    return {"messageId": uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+async def _wait_for(check: Callable[[], bool], seconds: float = 10) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if await asyncio.to_thread(check):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def store(any_store: TaskApplication) -> TaskApplication:
+    return any_store
+
+
+@pytest.fixture
+def release() -> asyncio.Event:
+    """Set to let the ``held`` skill's step return."""
+    return asyncio.Event()
+
+
+@pytest.fixture
+def registry(release: asyncio.Event) -> SkillRegistry:
+    async def done(_: StepContext) -> StepOutcome:
+        return Complete(message="done")
+
+    async def held(_: StepContext) -> StepOutcome:
+        await release.wait()
+        return Complete(message="released")
+
+    return SkillRegistry([Skill("done", 1, [done]), Skill("held", 1, [held])])
+
+
+def _worker(store: TaskApplication, registry: SkillRegistry, *, concurrency: int = 2) -> Worker:
+    return Worker(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        # Polling all but off: a task whose lease nobody runs stays as it is for the whole test.
+        config=WorkerConfig(
+            worker_id="w1", lease_seconds=LEASE_S, concurrency=concurrency, grace_seconds=1, poll_seconds=60
+        ),
+        policy=RunPolicy(max_pause=timedelta(days=1)),
+        metrics=WorkerMetrics(),
+    )
+
+
+@pytest.fixture
+async def worker(
+    store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
+) -> AsyncIterator[Worker]:
+    process = _worker(store, registry)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    await _wait_for(lambda: process.reserve("done", 1) is not None)  # running (that slot is returned below)
+    process._unreserve()
+    yield process
+    release.set()
+    stop.set()
+    await running
+
+
+def _submit_leased(
+    store: TaskApplication, registry: SkillRegistry, message: dict[str, object], skill: str = "done"
+) -> tuple[Task, Task | None]:
+    return store.submit_leased(
+        tenant="acme",
+        message=message,
+        skill=registry.newest(skill),
+        clock=_clock,
+        worker="w1",
+        lease_seconds=LEASE_S,
+    )
+
+
+async def test_the_lease_is_granted_in_the_submission_commit_and_the_slot_runs_the_task(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    slot = worker.reserve("done", 1)
+    assert slot is not None
+    task, copy = await asyncio.to_thread(_submit_leased, store, registry, _message())
+
+    assert copy is not None
+    assert copy is not task  # the runner's commits never touch the answer's task
+    assert (task.version, task.state, task.lease_owner, task.lease_epoch) == (
+        2,
+        "TASK_STATE_WORKING",
+        "w1",
+        1,
+    )
+    stored = store.get(task.id)
+    assert (stored.version, stored.lease_owner, stored.lease_epoch) == (2, "w1", 1)  # one commit, both events
+    slot.start(copy)
+    await _wait_for(lambda: store.get(task.id).is_terminal)
+
+    history = list(store.history(task.id))
+    assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
+    assert [e.epoch for e in history if isinstance(e, Task.LeaseGranted)] == [1]  # no claim came after
+    assert store.get(task.id).state == "TASK_STATE_COMPLETED"
+    assert worker.metrics is not None
+    assert worker.metrics.registry.get_sample_value("longhaul_worker_claims_total", {"skill": "done"}) == 1
+
+
+async def test_a_resend_grants_no_lease(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    message = _message()
+    first = store.submit(tenant="acme", message=message, skill=registry.newest("held"), clock=_clock)
+    await _wait_for(lambda: store.get(first.id).lease_owner == "w1")  # claimed from the queue
+
+    again, copy = await asyncio.to_thread(_submit_leased, store, registry, message, "held")
+
+    assert copy is None
+    assert again.id == first.id
+    assert [e.epoch for e in store.history(first.id) if isinstance(e, Task.LeaseGranted)] == [1]
+
+
+async def test_reserved_slots_are_taken_for_claims_until_released(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    process = _worker(store, registry, concurrency=1)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    try:
+        await _wait_for(lambda: process.reserve("done", 1) is not None)
+        assert process.reserve("done", 1) is None  # the one slot is reserved
+        queued = new_task(_clock(), skill="done")
+        store.save_tasks(queued)
+        await asyncio.sleep(0.5)  # the append woke the worker: it has no slot to claim into
+        assert store.get(queued.id).state == "TASK_STATE_SUBMITTED"
+
+        process._unreserve()  # what Reservation.release does
+        await _wait_for(lambda: store.get(queued.id).is_terminal)
+    finally:
+        stop.set()
+        await running
+
+
+async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_skill(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    process = _worker(store, registry)
+    assert process.reserve("done", 1) is None  # not started
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    await _wait_for(lambda: process.reserve("done", 1) is not None)
+    assert process.reserve("done", 2) is None  # a version this release does not run
+    assert process.reserve("unknown", 1) is None
+    process._unreserve()
+    stop.set()
+    await running
+    assert process.reserve("done", 1) is None  # stopped
+
+
+async def test_only_a_blocking_send_hands_over_and_a_gone_caller_still_gets_it_run(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker, release: asyncio.Event
+) -> None:
+    service = A2AService(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        default_skill="held",
+        waiter=PollingWaiter(store),
+        hand_off=worker,
+    )
+    request = SendMessageRequest.model_validate(
+        {"message": _message(), "configuration": {"returnImmediately": True}}
+    )
+    answer = await service.send_message(request)
+    assert answer["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"  # queued: an answer that does not wait
+
+    gone = asyncio.ensure_future(
+        service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+    )
+    await asyncio.sleep(0)  # the submission's thread is on its way
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await _wait_for(lambda: len(worker.runners) == 2)  # the queued one claimed, the gone one started
+    handed = [t for t in worker.runners if t != UUID(answer["task"]["id"])]
+    history: list[Any] = list(store.history(handed[0]))
+    assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
+    assert history[1].timestamp == history[0].timestamp  # granted in the submission's commit, not claimed
+    queued: list[Any] = list(store.history(UUID(answer["task"]["id"])))
+    assert queued[1].timestamp > queued[0].timestamp  # claimed from the queue afterwards
+
+    release.set()
+    await _wait_for(lambda: not worker.runners)
+
+
+class _NoWake:
+    """A waiter that fails the test if the service ever waits on the log."""
+
+    async def wait_for_change(self, task: Task, timeout: float) -> None:  # noqa: ASYNC109 - the port's
+        raise AssertionError(f"waited on the log for {task.id}")
+
+
+async def test_a_blocking_send_answers_with_what_the_runner_committed(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    service = A2AService(
+        store=store, registry=registry, clock=_clock, default_skill="done", waiter=_NoWake(), hand_off=worker
+    )
+    answer = await service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+
+    wire = answer["task"]
+    assert wire["status"]["state"] == "TASK_STATE_COMPLETED"
+    stored = store.get(UUID(wire["id"]))
+    assert wire == task_to_wire(stored)  # the runner's copy is the log's task, version for version
+
+
+async def test_a_runner_that_loses_its_lease_leaves_the_answer_to_the_log(
+    store: TaskApplication, registry: SkillRegistry, worker: Worker
+) -> None:
+    service = A2AService(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        default_skill="held",
+        waiter=PollingWaiter(store),
+        hand_off=worker,
+    )
+    sending = asyncio.ensure_future(
+        service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+    )
+    await _wait_for(lambda: len(worker.runners) == 1)
+    (task_id,) = worker.runners
+    await asyncio.to_thread(store.cancel, task_id, tenant="default", clock=_clock)  # the runner is fenced out
+
+    answer = await asyncio.wait_for(sending, 10)
+    assert answer["task"]["status"]["state"] == "TASK_STATE_CANCELED"
