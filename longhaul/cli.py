@@ -227,8 +227,9 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
 
 ON_UVLOOP = frozenset({"dispatcher"})
 """The processes that run on uvloop's event loop where it is installed (not on Windows): draining
-a full stream, the dispatcher's CPU per delivery fell from 0.69 to 0.51 ms and its deliveries/s
-rose by 1.8x (``bench/webhook_drain.py``, docs/benchmarks.md §8). ``up`` keeps asyncio's."""
+a full stream, the dispatcher's CPU per delivery 0.49 ms on asyncio's loop, 0.46 ms on uvloop's
+(medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033). ``up``
+keeps asyncio's."""
 
 
 def _run_process(command: str, settings: Settings) -> None:
