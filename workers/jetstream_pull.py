@@ -7,11 +7,16 @@ timeout (measured: commit -> webhook p50 of 200 ms at 100 tasks/s with ``fetch(2
 consumer and yields whatever has arrived the moment anything has; a new request goes out when
 the last one is used up or expired, or when nothing answered it for longer than it could live
 (NATS restarted and forgot it).
+
+The messages arrive through a callback subscription that only appends them to a list and wakes
+the reader: nats-py's ``next_msg`` costs a ``uuid4``, a task and a ``wait_for`` per message
+(4 % of the dispatcher's samples at 400 deliveries/s), where the callback costs one call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -36,8 +41,15 @@ class Pull:
 
     async def batches(self, stop: asyncio.Event) -> AsyncIterator[list[Any]]:
         """Yield lists of messages (never empty) until ``stop`` is set; each message is to be acked."""
+        arrived: list[Any] = []
+        woken = asyncio.Event()
+
+        async def arrive(message: Any) -> None:
+            arrived.append(message)
+            woken.set()
+
         inbox = self.client.new_inbox()
-        subscription = await self.client.subscribe(inbox)
+        subscription = await self.client.subscribe(inbox, cb=arrive)
         left, asked = 0, 0.0
         try:
             while not stop.is_set():
@@ -45,15 +57,15 @@ class Pull:
                     request = {"batch": self.batch, "expires": int(self.expires * 1e9)}
                     await self.client.publish(self.next_subject, json.dumps(request).encode(), reply=inbox)
                     left, asked = self.batch, time.monotonic()
-                try:
-                    first = await subscription.next_msg(timeout=0.5)
-                except TimeoutError:
-                    continue
-                arrived = [first]
-                while subscription.pending_msgs > 0:
-                    arrived.append(await subscription.next_msg(timeout=0.1))
+                if not arrived:
+                    woken.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), 0.5)
+                    if not arrived:
+                        continue
+                taken, arrived[:] = list(arrived), []
                 messages = []
-                for message in arrived:
+                for message in taken:
                     status = message.headers.get(Header.STATUS) if message.headers else None
                     if status is None:
                         messages.append(message)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -42,23 +41,28 @@ def secret_key(secret: str) -> bytes:
 def signature(key: bytes, webhook_id: str, timestamp: int, body: bytes) -> str:
     """``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``."""
     signed = f"{webhook_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return "v1," + base64.b64encode(hmac.digest(key, signed, "sha256")).decode()
 
 
 @dataclass(frozen=True)
 class WebhookSigner:
-    """Signs deliveries with the tenant's secret, else the default one."""
+    """Signs deliveries with the tenant's secret, else the default one.
+
+    The secrets are checked and decoded once, here, not on every attempt.
+    """
 
     default: str
     per_tenant: Mapping[str, str] = field(default_factory=dict)
+    _default_key: bytes = field(init=False, repr=False, compare=False)
+    _keys: dict[str, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for secret in (self.default, *self.per_tenant.values()):
-            secret_key(secret)
+        object.__setattr__(self, "_default_key", secret_key(self.default))
+        object.__setattr__(self, "_keys", {t: secret_key(s) for t, s in self.per_tenant.items()})
 
     def headers(self, webhook_id: str, tenant: str, timestamp: int, body: bytes) -> dict[str, str]:
         """The three Standard Webhooks headers for one attempt."""
-        key = secret_key(self.per_tenant.get(tenant, self.default))
+        key = self._keys.get(tenant, self._default_key)
         return {
             "webhook-id": webhook_id,
             "webhook-timestamp": str(timestamp),
