@@ -225,11 +225,11 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
 """The commands that do one thing and exit with its status."""
 
 
-ON_UVLOOP = frozenset({"dispatcher"})
+ON_UVLOOP = frozenset({"dispatcher", "relay"})
 """The processes that run on uvloop's event loop where it is installed (not on Windows): draining
 a full stream, the dispatcher's CPU per delivery 0.49 ms on asyncio's loop, 0.46 ms on uvloop's
-(medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033). ``up``
-keeps asyncio's."""
+(medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033); the relay
+too (docs/benchmarks.md §8, session 16, ADR 0039). ``up`` keeps asyncio's."""
 
 
 def _run_process(command: str, settings: Settings) -> None:

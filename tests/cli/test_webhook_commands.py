@@ -93,7 +93,7 @@ def test_deliveries_of_an_unknown_task_is_one_line(cli: Callable[..., tuple[int,
     assert _one_line(err).startswith(f"longhaul: no task {task_id}")
 
 
-def test_the_dispatcher_process_runs_on_uvloop_and_the_others_on_asyncio(
+def test_the_dispatcher_and_relay_processes_run_on_uvloop_and_the_others_on_asyncio(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     loops: dict[str, type] = {}
@@ -104,10 +104,10 @@ def test_the_dispatcher_process_runs_on_uvloop_and_the_others_on_asyncio(
 
         return process
 
-    monkeypatch.setattr(
-        cli, "PROCESSES", {"dispatcher": recording("dispatcher"), "relay": recording("relay")}
-    )
-    for command in ("dispatcher", "relay"):
+    commands = ("dispatcher", "relay", "worker")
+    monkeypatch.setattr(cli, "PROCESSES", {name: recording(name) for name in commands})
+    for command in commands:
         cli._run_process(command, Settings())
     assert loops["dispatcher"] is uvloop.Loop
-    assert not issubclass(loops["relay"], uvloop.Loop)
+    assert loops["relay"] is uvloop.Loop
+    assert not issubclass(loops["worker"], uvloop.Loop)
