@@ -6,7 +6,10 @@ deployment's stream; it survives restarts of the dispatcher and of NATS). For ea
 task with push configs it records one delivery per config (``store.deliveries``), the event's
 ``StreamResponse`` (``projections.stream_response``) as the body, and only then acknowledges
 the message: an event is never lost between NATS and the record, and a redelivered message
-records nothing new. The configs, with their secrets, come from the task in the log: the
+records nothing new. A delivery in a *fresh* lane (one this intake saw start, with nothing
+pending: ``_Known.fresh``) is POSTed first, as its message arrives, and recorded with its attempt
+right after, in the lane's order (a chain in memory, ``_chains``); its message is acknowledged
+once that record is committed (ADR 0034). The configs, with their secrets, come from the task in the log: the
 intake loads the task at the event's version when it first sees the task or missed a version,
 reads a config change itself from the log, and otherwise uses what it knows.
 
@@ -314,6 +317,9 @@ class Dispatcher:
             if lock is None:
                 return
             self._log_reads = lock
+            for known in self._known.values():  # another intake may have led meanwhile
+                known.fresh.clear()
+                known.seen = None
             try:
                 await self._follow(stop, lock)
             finally:
