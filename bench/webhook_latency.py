@@ -43,6 +43,8 @@ from typing import Any
 
 import nats
 import psutil
+import psycopg
+from psycopg import sql
 
 from bench import webhook_hops
 from bench.common import (
@@ -446,6 +448,7 @@ def main() -> None:
             cpu_load = {name: round(cpu[name] - at_start[name], 2) for name in cpu}
             times = arrivals.times | hooks.times()
             hop_rows = webhook_hops.read(args.database_url, schema) if args.hops else {}
+            attempts = attempt_outcomes(args.database_url, schema)
         finally:
             for dispatcher in dispatchers:
                 stop(dispatcher)
@@ -457,7 +460,19 @@ def main() -> None:
         if args.hops
         else {}
     )
-    report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs)
+    report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs, attempts)
+
+
+def attempt_outcomes(database_url: str, schema: str) -> list[dict[str, Any]]:
+    """The run's attempts by outcome and error (its first 60 characters): how many, the longest."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT outcome, left(coalesce(error, ''), 60), count(*), round(max(duration_ms)::numeric, 1)"
+                " FROM {} GROUP BY 1, 2 ORDER BY 3 DESC"
+            ).format(sql.Identifier(schema, "longhaul_delivery_attempts"))
+        ).fetchall()
+    return [{"outcome": o, "error": e, "n": n, "max_ms": float(m)} for o, e, n, m in rows]
 
 
 def report(  # noqa: PLR0917 - the run's parts, printed and written once
@@ -471,6 +486,7 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     hops: dict[str, Any],
     tree: Path,
     logs: Path,
+    attempts: list[dict[str, Any]],
 ) -> None:
     """Print the run's tables and write its results."""
     rows = latencies(committed, times, watcher)
@@ -494,6 +510,10 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     print_hops(hops)
     p99 = rows[HEADLINE]["p99_ms"]
     ratio = p99 / core["p99_ms"] if core["p99_ms"] else float("nan")
+    print(
+        "attempts by outcome:",
+        ", ".join(f"{a['outcome']} {a['error']!r} {a['n']} (max {a['max_ms']} ms)" for a in attempts),
+    )
     print(f"\ncommit -> webhook p99 {p99:.1f} ms (target < {TARGET_P99_MS:.0f} ms), {ratio:.0f}x raw NATS")
     write_results(
         "webhook_latency",
@@ -516,6 +536,7 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
             "target_p99_ms": TARGET_P99_MS,
             "webhook_p99_over_raw_nats_p99": round(ratio, 1),
             "logs": str(logs),
+            "attempts": attempts,
         },
         args,
     )
