@@ -29,6 +29,7 @@ kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) ov
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
         [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
         [--alternate]                                 # every other round visits the servers in reverse
+        [--client-per-caller]                         # an httpx.AsyncClient per caller, not one pool
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,13 +176,33 @@ async def one_call(http: httpx.AsyncClient, mode: str, sample: Round) -> None:
         sample.seconds.append(await send(http, immediately=mode == "immediately"))
 
 
-async def run_round(base_url: str, mode: str, clients: int, seconds: float) -> Round:
-    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection."""
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    sample = Round()
-    async with httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits) as http:
+async def run_round(
+    base_url: str, mode: str, clients: int, seconds: float, *, client_per_caller: bool = False
+) -> Round:
+    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
 
-        async def caller(into: Round, deadline: float, at_least: int = 0) -> None:
+    Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
+    scans every connection and every waiting request on each request: O(clients) per request), or,
+    with ``client_per_caller``, of its own ``httpx.AsyncClient`` of one connection.
+    """
+    sample = Round()
+    async with AsyncExitStack() as stack:
+        if client_per_caller:
+            one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            https = [
+                await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=one)
+                )
+                for _ in range(clients)
+            ]
+        else:
+            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+            shared = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits)
+            )
+            https = [shared] * clients
+
+        async def caller(http: httpx.AsyncClient, into: Round, deadline: float, at_least: int = 0) -> None:
             done = 0
             while done < at_least or time.perf_counter() < deadline:
                 done += 1
@@ -203,9 +224,9 @@ async def run_round(base_url: str, mode: str, clients: int, seconds: float) -> R
                         into.to_success.append(time.perf_counter() - first_try)
                     break
 
-        await asyncio.gather(*(caller(Round(), 0.0, WARM_REQUESTS) for _ in range(clients)))  # warm up
+        await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
         started = time.perf_counter()
-        await asyncio.gather(*(caller(sample, started + seconds) for _ in range(clients)))
+        await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
         sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
     return sample
 
@@ -382,6 +403,11 @@ def parse_args() -> argparse.Namespace:
         "--baseline-env", nargs="+", default=[], metavar="KEY=VALUE", help="settings of longhaul-base"
     )
     parser.add_argument(
+        "--client-per-caller",
+        action="store_true",
+        help="each caller its own httpx.AsyncClient (no shared pool's O(clients) work per request)",
+    )
+    parser.add_argument(
         "--alternate", action="store_true", help="every other round visits the servers in reverse order"
     )
     args = parser.parse_args()
@@ -413,7 +439,11 @@ def main() -> None:
                         if (name, mode) in unsupported:
                             continue
                         try:
-                            sample = asyncio.run(run_round(url, mode, c, args.seconds))
+                            sample = asyncio.run(
+                                run_round(
+                                    url, mode, c, args.seconds, client_per_caller=args.client_per_caller
+                                )
+                            )
                         except NoStreamError as error:
                             print(f"{name}: SendStreamingMessage answered without a stream: {error}")
                             unsupported.add((name, mode))
@@ -460,6 +490,7 @@ def main() -> None:
         "worker_concurrency": args.worker_concurrency,
         "settings": {name: env for name, env in settings.items() if env},
         "alternate": args.alternate,
+        "client_per_caller": args.client_per_caller,
         "listen_overflows": None
         if overflows_before is None or overflows_after is None
         else overflows_after - overflows_before,
