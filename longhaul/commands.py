@@ -183,6 +183,7 @@ async def _gateway_app(
             allow_private_webhooks=settings.allow_private_webhooks,
             api_keys=api_keys,
             max_in_flight=settings.max_in_flight,
+            overload_target_s=settings.overload_target_seconds,
             max_body_bytes=settings.max_body_bytes,
             rest_media_type=settings.rest_media_type,
             feed=feed,
