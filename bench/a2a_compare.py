@@ -43,6 +43,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class Round:
     first: list[float] = field(default_factory=list)  # stream: time to the first event
     to_success: list[float] = field(default_factory=list)  # first try to success, refusals included
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)  # errors by exception type
+    error_samples: dict[str, str] = field(default_factory=dict)  # the first error of each type
     refused: int = 0  # 429 answers (each try; the request is sent again after Retry-After)
     per_s: float = 0.0  # completed requests per second
 
@@ -218,8 +221,11 @@ async def run_round(
                             return  # the round ends before the wait does
                         await asyncio.sleep(refused.retry_after)
                         continue
-                    except Exception:  # noqa: BLE001 - counted; a server that fails is reported, not fatal
+                    except Exception as error:  # noqa: BLE001 - counted; a failing server is reported, not fatal
                         into.errors += 1
+                        kind = type(error).__name__
+                        into.error_kinds[kind] = into.error_kinds.get(kind, 0) + 1
+                        into.error_samples.setdefault(kind, str(error)[:200])
                     else:
                         into.to_success.append(time.perf_counter() - first_try)
                     break
@@ -295,6 +301,8 @@ def summarise(rounds: list[Round]) -> dict[str, Any]:
         "per_s_rounds": [round(r.per_s, 1) for r in rounds],
         "n": len(seconds),
         "errors": sum(r.errors for r in rounds),
+        "error_kinds": dict(sum((Counter(r.error_kinds) for r in rounds), Counter())),
+        "error_samples": {k: v for r in rounds for k, v in r.error_samples.items()},
         "refused": sum(r.refused for r in rounds),
         "p50_ms": ms(seconds, 0.5),
         "p99_ms": ms(seconds, 0.99),
