@@ -72,6 +72,10 @@ default thread pool (a few threads), so more connections would only sit idle."""
 PROJECTOR_POOL_SIZE = 2
 """Connections the projector's own store keeps (it reads batches of the log; the view has its own)."""
 HTTP_SHUTDOWN_GRACE_S = 5
+HTTP_KEEPALIVE_S = 75
+"""How long an idle keep-alive connection stays open: longer than clients keep theirs (httpx 5 s,
+aiohttp 15 s), so that a client never sends on a connection the gateway is closing at the same
+moment (uvicorn's default, 5 s, races httpx's 5 s: a reset request at 128 clients, ADR 0035)."""
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 
 
@@ -121,6 +125,7 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
         log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
         access_log=False,
         timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
+        timeout_keep_alive=HTTP_KEEPALIVE_S,
     )
     server = _QuietServer(config)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
