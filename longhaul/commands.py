@@ -72,11 +72,11 @@ default thread pool (a few threads), so more connections would only sit idle."""
 PROJECTOR_POOL_SIZE = 2
 """Connections the projector's own store keeps (it reads batches of the log; the view has its own)."""
 HTTP_SHUTDOWN_GRACE_S = 5
+"""On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 HTTP_KEEPALIVE_S = 75
 """How long an idle keep-alive connection stays open: longer than clients keep theirs (httpx 5 s,
 aiohttp 15 s), so that a client never sends on a connection the gateway is closing at the same
 moment (uvicorn's default, 5 s, races httpx's 5 s: a reset request at 128 clients, ADR 0035)."""
-"""On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 
 
 class CommandError(Exception):
