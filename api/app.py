@@ -39,7 +39,7 @@ from api.errors import A2AError
 from api.hand_off import HandOff
 from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import GatewayLoadCollector, gateway_registry
-from api.overload import DEFAULT_LIMIT, UNLIMITED, LimitInFlight
+from api.overload import DEFAULT_LIMIT, DEFAULT_TARGET_S, UNLIMITED, LimitInFlight
 from api.rest import RestOpenAPI, RestSettings, rest_router, route_error, route_verbs
 from api.service import A2AService
 from api.sse import jsonrpc_envelope, sse_response
@@ -123,6 +123,7 @@ def create_app(
     retention_overridden: bool = False,
     api_keys: KeyRing | None = None,
     max_in_flight: int = DEFAULT_LIMIT,
+    overload_target_s: float = DEFAULT_TARGET_S,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     rest_media_type: str = JSON_MEDIA_TYPE,
     feed: TaskFeed | None = None,
@@ -145,7 +146,8 @@ def create_app(
     ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
     ``api_keys`` are the bearer keys callers authenticate with, each mapped to its tenant
     (``api.authentication``); without them every caller is the open development tenant.
-    Past ``max_in_flight`` requests in flight a request is answered 429 (``api.overload``).
+    Past ``max_in_flight`` requests in flight a request is answered 429 (``api.overload``), and
+    past fewer while the shortest sojourn of the gateway's requests exceeds ``overload_target_s``.
     ``max_body_bytes`` bounds a request body on both bindings; ``rest_media_type`` is the
     Content-Type of the HTTP+JSON binding's answers.
     With a task ``feed`` (NATS, over a PostgreSQL store) the gateway streams
@@ -184,7 +186,7 @@ def create_app(
     card = card_document(
         build_agent_card(registry, public_url, policy, bearer=api_keys is not None), modified=clock()
     )
-    limit, authenticate = LimitInFlight(max_in_flight), Authenticate(api_keys)
+    limit, authenticate = LimitInFlight(max_in_flight, overload_target_s), Authenticate(api_keys)
     metrics_registry.register(GatewayLoadCollector(limit, authenticate))
     rest = RestSettings(media_type=rest_media_type, max_body_bytes=max_body_bytes)
     state = State(

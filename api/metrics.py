@@ -192,6 +192,11 @@ class GatewayLoadCollector(Collector):
             "Requests this gateway has in flight (accepted, answer not started).",
             value=self.limit.in_flight,
         )
+        yield GaugeMetricFamily(
+            "longhaul_gateway_in_flight_limit",
+            "Requests in flight past which this gateway answers 429 now (moves with the requests' sojourn).",
+            value=self.limit.limit,
+        )
         refusals = CounterMetricFamily(
             "longhaul_gateway_refusals",
             "Requests this gateway refused before any handler ran, by reason (overloaded, unauthenticated).",

@@ -14,15 +14,27 @@ for ``--seconds`` each round, each on its own keep-alive connection of one ``htt
 median over rounds of requests/s and the percentiles over all rounds' requests, and each longhaul
 figure's ratio to the SDK's. A server that answers ``SendStreamingMessage`` with no SSE stream
 (longhaul before its streams) is reported as such for that mode; any other failed request
-is counted in ``errors`` (the machine's PostgreSQL is shared and may run out of connections).
+is counted in ``errors`` (the machine's PostgreSQL is shared and may run out of connections), a
+dropped connection too.
+
+A 429 (the overload answer, ``api.overload``) is what a real A2A client sees it as: not an error
+but a refusal, counted in ``refused``; that caller waits the answer's ``Retry-After`` before it
+sends the same request again. ``req/s`` counts completed requests, the latency percentiles are
+over completed requests (their last try), and ``to success`` is the time from a request's first
+try to its success, refusals and waits included. ``listen_overflows`` in the JSON is the
+kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) over the run.
 
     uv run python -m bench.a2a_compare [--quick] [--rounds 3 --seconds 5] [--concurrency 1 16 64 128]
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
+        [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
+        [--alternate]                                 # every other round visits the servers in reverse
+        [--client-per-caller]                         # an httpx.AsyncClient per caller, not one pool
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -31,8 +43,9 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,14 +81,35 @@ class NoStreamError(Exception):
     """The server refused ``SendStreamingMessage`` as an unsupported operation (no SSE stream)."""
 
 
+class RefusedError(Exception):
+    """The server answered 429: nothing was accepted, send again after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"429, Retry-After {retry_after} s")
+        self.retry_after = retry_after
+
+
+def refusal(response: httpx.Response) -> RefusedError:
+    """The refusal a 429 answer stands for (``Retry-After`` in seconds; 1 s when it has none)."""
+    try:
+        retry_after = max(0.0, float(response.headers.get("retry-after", "1")))
+    except ValueError:
+        retry_after = 1.0
+    return RefusedError(retry_after)
+
+
 @dataclass
 class Round:
     """One (server, mode, c) round: latencies in seconds, and its throughput."""
 
     seconds: list[float] = field(default_factory=list)  # request, or time to the last event
     first: list[float] = field(default_factory=list)  # stream: time to the first event
+    to_success: list[float] = field(default_factory=list)  # first try to success, refusals included
     errors: int = 0
-    per_s: float = 0.0
+    error_kinds: dict[str, int] = field(default_factory=dict)  # errors by exception type
+    error_samples: dict[str, str] = field(default_factory=dict)  # the first error of each type
+    refused: int = 0  # 429 answers (each try; the request is sent again after Retry-After)
+    per_s: float = 0.0  # completed requests per second
 
 
 def body(method: str, *, immediately: bool = False) -> dict[str, Any]:
@@ -97,6 +131,8 @@ async def send(http: httpx.AsyncClient, *, immediately: bool) -> float:
         "/a2a/jsonrpc", json=body("SendMessage", immediately=immediately), headers=HEADERS
     )
     elapsed = time.perf_counter() - started
+    if response.status_code == 429:
+        raise refusal(response)
     answer = response.json()
     task = answer.get("result", {}).get("task")
     if task is None:
@@ -112,6 +148,9 @@ async def stream(http: httpx.AsyncClient) -> tuple[float, float]:
     first = last = None
     request = body("SendStreamingMessage")
     async with http.stream("POST", "/a2a/jsonrpc", json=request, headers=STREAM_HEADERS) as response:
+        if response.status_code == 429:
+            await response.aread()
+            raise refusal(response)
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             text = (await response.aread()).decode(errors="replace")
             if json.loads(text).get("error", {}).get("code") == UNSUPPORTED_OPERATION:
@@ -140,26 +179,60 @@ async def one_call(http: httpx.AsyncClient, mode: str, sample: Round) -> None:
         sample.seconds.append(await send(http, immediately=mode == "immediately"))
 
 
-async def run_round(base_url: str, mode: str, clients: int, seconds: float) -> Round:
-    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection."""
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    sample = Round()
-    async with httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits) as http:
+async def run_round(
+    base_url: str, mode: str, clients: int, seconds: float, *, client_per_caller: bool = False
+) -> Round:
+    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
 
-        async def caller(into: Round, deadline: float, at_least: int = 0) -> None:
+    Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
+    scans every connection and every waiting request on each request: O(clients) per request), or,
+    with ``client_per_caller``, of its own ``httpx.AsyncClient`` of one connection.
+    """
+    sample = Round()
+    async with AsyncExitStack() as stack:
+        if client_per_caller:
+            one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            https = [
+                await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=one)
+                )
+                for _ in range(clients)
+            ]
+        else:
+            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+            shared = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits)
+            )
+            https = [shared] * clients
+
+        async def caller(http: httpx.AsyncClient, into: Round, deadline: float, at_least: int = 0) -> None:
             done = 0
             while done < at_least or time.perf_counter() < deadline:
                 done += 1
-                try:
-                    await one_call(http, mode, into)
-                except NoStreamError:
-                    raise
-                except Exception:  # noqa: BLE001 - counted; a server that fails is reported, not fatal
-                    into.errors += 1
+                first_try = time.perf_counter()
+                while True:
+                    try:
+                        await one_call(http, mode, into)
+                    except NoStreamError:
+                        raise
+                    except RefusedError as refused:  # what an A2A client does: wait, send it again
+                        into.refused += 1
+                        if done > at_least and time.perf_counter() + refused.retry_after >= deadline:
+                            return  # the round ends before the wait does
+                        await asyncio.sleep(refused.retry_after)
+                        continue
+                    except Exception as error:  # noqa: BLE001 - counted; a failing server is reported, not fatal
+                        into.errors += 1
+                        kind = type(error).__name__
+                        into.error_kinds[kind] = into.error_kinds.get(kind, 0) + 1
+                        into.error_samples.setdefault(kind, str(error)[:200])
+                    else:
+                        into.to_success.append(time.perf_counter() - first_try)
+                    break
 
-        await asyncio.gather(*(caller(Round(), 0.0, WARM_REQUESTS) for _ in range(clients)))  # warm up
+        await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
         started = time.perf_counter()
-        await asyncio.gather(*(caller(sample, started + seconds) for _ in range(clients)))
+        await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
         sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
     return sample
 
@@ -171,11 +244,13 @@ def servers(
     folder: Path,
     worker_concurrency: int,
     baseline_tree: Path | None = None,
+    settings: dict[str, dict[str, str]] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Start the servers named; yields their base URLs; stops them and drops their schemas.
 
     ``longhaul-base`` is ``longhaul up`` run from ``baseline_tree`` (another checkout), for an
-    interleaved A/B of two longhaul versions in the same run.
+    interleaved A/B of two longhaul versions in the same run. ``settings`` are extra
+    ``LONGHAUL_*`` variables by server name (``longhaul``, ``longhaul-base``).
     """
     with ExitStack() as stack:
         urls: dict[str, str] = {}
@@ -191,6 +266,7 @@ def servers(
                 stack.callback(delete_stream, env["LONGHAUL_NATS_URL"], env["LONGHAUL_NATS_STREAM"])
                 env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
                 env["LONGHAUL_DATA_DIR"] = str(folder / name)
+                env |= (settings or {}).get(name, {})
                 module = ["longhaul.cli", "up"]
             else:
                 store = name.removeprefix("sdk-")
@@ -219,13 +295,19 @@ def ms(seconds: list[float], q: float) -> float:
 def summarise(rounds: list[Round]) -> dict[str, Any]:
     seconds = [s for r in rounds for s in r.seconds]
     first = [s for r in rounds for s in r.first]
+    to_success = [s for r in rounds for s in r.to_success]
     summary: dict[str, Any] = {
         "per_s_median": round(statistics.median(r.per_s for r in rounds), 1),
         "per_s_rounds": [round(r.per_s, 1) for r in rounds],
         "n": len(seconds),
         "errors": sum(r.errors for r in rounds),
+        "error_kinds": dict(sum((Counter(r.error_kinds) for r in rounds), Counter())),
+        "error_samples": {k: v for r in rounds for k, v in r.error_samples.items()},
+        "refused": sum(r.refused for r in rounds),
         "p50_ms": ms(seconds, 0.5),
         "p99_ms": ms(seconds, 0.99),
+        "to_success_p50_ms": ms(to_success, 0.5),
+        "to_success_p99_ms": ms(to_success, 0.99),
     }
     if first:
         summary |= {"first_p50_ms": ms(first, 0.5), "first_p99_ms": ms(first, 0.99)}
@@ -240,7 +322,7 @@ def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> 
         for name in names:
             s = by_server.get(name)
             if s is None or "unsupported" in s:
-                rows.append([mode, c, name, "no SSE stream", "", "", "", "", ""])
+                rows.append([mode, c, name, "no SSE stream", "", "", "", "", "", "", "", ""])
                 continue
             ratio = ""
             if name != "longhaul" and ours and "unsupported" not in ours:
@@ -261,12 +343,51 @@ def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> 
                     first,
                     s["errors"],
                     ratio,
+                    s.get("refused", 0),
+                    f"{s['to_success_p50_ms']:.1f} / {s['to_success_p99_ms']:.1f}"
+                    if "to_success_p50_ms" in s
+                    else "",
+                    f"{s['per_s_vs_c16']:.2f}" if "per_s_vs_c16" in s else "",
                 ]
             )
     return rows
 
 
-def main() -> None:
+def settings_of(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` pairs (``--longhaul-env``, ``--baseline-env``) as environment variables."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("LONGHAUL_"):
+            raise SystemExit(f"not a LONGHAUL_KEY=VALUE pair: {pair!r}")
+        env[key] = value
+    return env
+
+
+def listen_overflows() -> int | None:
+    """The kernel's ``TcpExtListenOverflows`` (connections a full listen queue dropped), or None."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            counters = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(counters["ListenOverflows"]) if "ListenOverflows" in counters else None
+    return None
+
+
+def against_c16(results: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Add each figure's ratio to the same server's c=16 req/s in the same mode and run."""
+    for key, by_server in results.items():
+        mode = key.split("@c=")[0]
+        for name, s in by_server.items():
+            c16 = results.get(f"{mode}@c=16", {}).get(name, {})
+            if "per_s_median" in s and c16.get("per_s_median"):
+                s["per_s_vs_c16"] = round(s["per_s_median"] / c16["per_s_median"], 2)
+
+
+def parse_args() -> argparse.Namespace:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians over them)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
@@ -283,33 +404,62 @@ def main() -> None:
         type=Path,
         help="also run longhaul from this checkout (server longhaul-base): an interleaved A/B",
     )
+    parser.add_argument(
+        "--longhaul-env", nargs="+", default=[], metavar="KEY=VALUE", help="settings of longhaul"
+    )
+    parser.add_argument(
+        "--baseline-env", nargs="+", default=[], metavar="KEY=VALUE", help="settings of longhaul-base"
+    )
+    parser.add_argument(
+        "--client-per-caller",
+        action="store_true",
+        help="each caller its own httpx.AsyncClient (no shared pool's O(clients) work per request)",
+    )
+    parser.add_argument(
+        "--alternate", action="store_true", help="every other round visits the servers in reverse order"
+    )
     args = parser.parse_args()
     if args.baseline_tree is not None:
         args.servers = [*args.servers, "longhaul-base"]
     if args.quick:
         args.rounds, args.seconds = 2, 2.0
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    settings = {"longhaul": settings_of(args.longhaul_env), "longhaul-base": settings_of(args.baseline_env)}
     folder = Path(tempfile.mkdtemp(prefix="bench-a2a-compare-"))
     samples: dict[str, dict[str, list[Round]]] = {}
     unsupported: set[tuple[str, str]] = set()
     info = machine_info(args.database_url)
+    overflows_before = listen_overflows()
     with servers(
-        args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree
+        args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree, settings
     ) as urls:
         for number in range(args.rounds):
+            order = list(urls.items())
+            if args.alternate and number % 2:
+                order.reverse()
             for mode in args.modes:
                 for c in args.concurrency:
-                    for name, url in urls.items():  # interleaved: every round visits each server
+                    for name, url in order:  # interleaved: every round visits each server
                         if (name, mode) in unsupported:
                             continue
                         try:
-                            sample = asyncio.run(run_round(url, mode, c, args.seconds))
+                            sample = asyncio.run(
+                                run_round(
+                                    url, mode, c, args.seconds, client_per_caller=args.client_per_caller
+                                )
+                            )
                         except NoStreamError as error:
                             print(f"{name}: SendStreamingMessage answered without a stream: {error}")
                             unsupported.add((name, mode))
                             continue
                         samples.setdefault(f"{mode}@c={c}", {}).setdefault(name, []).append(sample)
                         print(
-                            f"round {number + 1} {mode:>11} c={c:<3} {name:<12} {sample.per_s:8.1f}/s",
+                            f"round {number + 1} {mode:>11} c={c:<3} {name:<12} {sample.per_s:8.1f}/s"
+                            f"  refused {sample.refused:<5} errors {sample.errors}",
                             flush=True,
                         )
     results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -322,6 +472,8 @@ def main() -> None:
                     results[key][name] = {
                         "unsupported": "answered SendStreamingMessage without an SSE stream"
                     }
+    against_c16(results)
+    overflows_after = listen_overflows()
     headers = [
         "mode",
         "c",
@@ -332,6 +484,9 @@ def main() -> None:
         "first p50/p99 ms",
         "errors",
         "longhaul ÷ it: req/s / p50 (/ first p50)",
+        "refused",
+        "to success p50/p99 ms",
+        "req/s ÷ its c=16",
     ]
     print()
     print(table(headers, rows_of(results, args.servers)))
@@ -341,6 +496,12 @@ def main() -> None:
         "seconds_per_round": args.seconds,
         "concurrency": args.concurrency,
         "worker_concurrency": args.worker_concurrency,
+        "settings": {name: env for name, env in settings.items() if env},
+        "alternate": args.alternate,
+        "client_per_caller": args.client_per_caller,
+        "listen_overflows": None
+        if overflows_before is None or overflows_after is None
+        else overflows_after - overflows_before,
         "results": results,
         "logs": str(folder),
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],

@@ -58,6 +58,7 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "api_key_file",
             "api_keys",
             "max_in_flight",
+            "overload_target_seconds",
         ),
     ),
     "worker": (

@@ -73,6 +73,10 @@ PROJECTOR_POOL_SIZE = 2
 """Connections the projector's own store keeps (it reads batches of the log; the view has its own)."""
 HTTP_SHUTDOWN_GRACE_S = 5
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
+HTTP_KEEPALIVE_S = 75
+"""How long an idle keep-alive connection stays open: longer than clients keep theirs (httpx 5 s,
+aiohttp 15 s), so that a client never sends on a connection the gateway is closing at the same
+moment (uvicorn's default, 5 s, races httpx's 5 s: a reset request at 128 clients, ADR 0035)."""
 
 
 class CommandError(Exception):
@@ -121,6 +125,7 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
         log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
         access_log=False,
         timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
+        timeout_keep_alive=HTTP_KEEPALIVE_S,
     )
     server = _QuietServer(config)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -183,6 +188,7 @@ async def _gateway_app(
             allow_private_webhooks=settings.allow_private_webhooks,
             api_keys=api_keys,
             max_in_flight=settings.max_in_flight,
+            overload_target_s=settings.overload_target_seconds,
             max_body_bytes=settings.max_body_bytes,
             rest_media_type=settings.rest_media_type,
             feed=feed,

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.api_keys import parse_pairs
 from api.bodies import DEFAULT_MAX_BODY_BYTES
-from api.overload import DEFAULT_LIMIT
+from api.overload import DEFAULT_LIMIT, DEFAULT_TARGET_S
 from projections.subjects import server_urls
 from store.retention import parse_key
 from workers.webhook_signing import secret_key
@@ -143,6 +143,15 @@ class Settings(BaseSettings):
         default=DEFAULT_LIMIT,
         ge=1,
         description="Requests one gateway has in flight before it answers 429 with Retry-After.",
+    )
+    overload_target_seconds: float = Field(
+        default=DEFAULT_TARGET_S,
+        ge=0,
+        description=(
+            "Sojourn (arrival to answer) past which the gateway's requests queue: while even the"
+            " shortest waits longer, the in-flight limit shrinks below LONGHAUL_MAX_IN_FLIGHT. 0: a"
+            " fixed limit."
+        ),
     )
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Callable
 
 import httpx
@@ -12,7 +14,7 @@ from litestar import Litestar
 from api.agent_card import JSONRPC_PATH
 from api.early_answers import refusal_body
 from api.errors import ResourceExhaustedError
-from api.overload import LimitInFlight
+from api.overload import INTERVAL_S, MIN_LIMIT, LimitInFlight
 from store.application import TaskApplication
 from tests.api.support import Advance, error_of, http_client, log_position, task_id_for, user_message
 
@@ -107,3 +109,57 @@ def test_off_the_jsonrpc_endpoint_the_refusal_is_a_google_rpc_status() -> None:
 def test_the_limit_is_at_least_one(limit: int) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         LimitInFlight(limit)
+
+
+async def test_requests_that_waited_past_the_target_lower_the_limit_below_the_ceiling(
+    make_app: Callable[..., Litestar], store: TaskApplication, advance: Advance
+) -> None:
+    ceiling, queued, target_s = 64, 20, 0.05
+    async with http_client(
+        make_app(max_in_flight=ceiling, overload_target_s=target_s, blocking_timeout_s=30)
+    ) as http:
+        started = time.monotonic()
+        held = [_send(http, f"queued-{n}") for n in range(queued)]
+        for n in range(queued):
+            await advance.wait_exists(task_id_for(f"queued-{n}"))
+        await asyncio.sleep(1.05)  # every one of them waits past the target, and past 1 s
+        for n in range(queued):
+            await asyncio.to_thread(advance.complete, task_id_for(f"queued-{n}"))
+        await asyncio.wait_for(asyncio.gather(*held), timeout=10)
+        waited_s = time.monotonic() - started
+        await asyncio.sleep(2 * INTERVAL_S)  # the interval of their answers ends
+
+        again = [_send(http, f"again-{n}") for n in range(MIN_LIMIT)]  # the new limit's worth
+        for n in range(MIN_LIMIT):
+            await advance.wait_exists(task_id_for(f"again-{n}"))
+        before = log_position(store)
+        refused = await asyncio.wait_for(_send(http, "one-more", block=False), timeout=5)
+        after = log_position(store)
+        metrics = (await http.get("/metrics")).text
+        for n in range(MIN_LIMIT):
+            await asyncio.to_thread(advance.complete, task_id_for(f"again-{n}"))
+        await asyncio.wait_for(asyncio.gather(*again), timeout=10)
+
+    assert refused.status_code == 429  # with 16 in flight, of a ceiling of 64
+    assert 2 <= int(refused.headers["retry-after"]) <= math.ceil(waited_s)  # they took over 1 s
+    assert after == before
+    assert f"longhaul_gateway_in_flight_limit {float(MIN_LIMIT)}" in metrics
+    assert f"longhaul_gateway_in_flight {float(MIN_LIMIT)}" in metrics
+    assert 'longhaul_gateway_refusals_total{reason="overloaded"} 1.0' in metrics
+
+
+async def test_a_target_of_zero_keeps_the_limit_at_the_ceiling(
+    make_app: Callable[..., Litestar], advance: Advance
+) -> None:
+    async with http_client(make_app(max_in_flight=LIMIT, overload_target_s=0, blocking_timeout_s=30)) as http:
+        held = [_send(http, f"slow-{n}") for n in range(LIMIT)]
+        for n in range(LIMIT):
+            await advance.wait_exists(task_id_for(f"slow-{n}"))
+        await asyncio.sleep(0.2)
+        for n in range(LIMIT):
+            await asyncio.to_thread(advance.complete, task_id_for(f"slow-{n}"))
+        await asyncio.wait_for(asyncio.gather(*held), timeout=10)
+        await asyncio.sleep(2 * INTERVAL_S)
+        metrics = (await http.get("/metrics")).text
+
+    assert f"longhaul_gateway_in_flight_limit {float(LIMIT)}" in metrics

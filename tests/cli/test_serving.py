@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from longhaul.commands import _listen, _run_all, _serve
+from longhaul.commands import HTTP_KEEPALIVE_S, _listen, _run_all, _serve
 from longhaul.demo import fake_iam
 
 
@@ -64,6 +64,40 @@ async def test_keep_alive_requests_do_not_wait_for_a_delayed_ack() -> None:
         await serving
     timings.sort()
     assert timings[len(timings) // 2] < 0.025, f"median {timings[len(timings) // 2] * 1000:.1f} ms"
+
+
+HTTPX_KEEPALIVE_S = 5.0
+"""httpx's own ``keepalive_expiry``: a connection idle this long is the client's to close, not ours."""
+
+
+async def test_an_idle_keep_alive_connection_outlives_the_clients_expiry() -> None:
+    """The gateway must not close an idle connection while a client still reuses it (ADR 0035)."""
+    assert HTTPX_KEEPALIVE_S < HTTP_KEEPALIVE_S
+    sock = _listen("127.0.0.1", 0)
+    stop = asyncio.Event()
+    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    request = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            await _until_serving(client)
+        reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        answers = []
+        for _ in range(2):
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            length = int(
+                next(
+                    line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+                ).split(b":")[1]
+            )
+            await reader.readexactly(length)
+            answers.append(head.split(b"\r\n")[0])
+            await asyncio.sleep(HTTPX_KEEPALIVE_S + 0.5)  # idle as long as httpx would keep it
+        writer.close()
+    finally:
+        stop.set()
+        await serving
+    assert answers == [b"HTTP/1.1 200 OK"] * 2
 
 
 async def _until_serving(client: httpx.AsyncClient) -> None:
