@@ -73,7 +73,7 @@ MANY_STREAMS = 1000
 WARMUP_S = 2.0
 SUBMITTERS = 4
 TENANT = "bench"
-IDLE_S = 3.0
+IDLE_S = 5.0
 """How long the open streams sit idle before the gateway's memory is taken the second time."""
 KIB = 1024
 
@@ -309,7 +309,9 @@ def run_phase(
         clients = Clients(base, tasks, processes, args.open_at_once)
         clients.wait_ready()
         open_s = time.monotonic() - opening
+        cpu_at_idle = cpu_of(gateway.pid)
         time.sleep(IDLE_S)
+        idle_cpu = cpu_of(gateway.pid) - cpu_at_idle
         idle = memory(gateway.pid)
         watcher.thread.start()
         watcher.ready.wait(30)
@@ -355,6 +357,7 @@ def run_phase(
             "open_seconds": round(open_s, 2),
             "memory": {"before_streams": before, "streams_open_idle": idle, "after_load": loaded},
             "gateway_cpu_s_per_s": round(gateway_cpu / load_s, 3),
+            "gateway_idle_cpu_s_per_s": round(idle_cpu / IDLE_S, 3),
             "client_cpu_seconds": client_cpu,
             "client_errors": errors,
             "load_seconds": round(load_s, 2),
@@ -423,7 +426,8 @@ def print_phase(phase: dict[str, Any]) -> None:
         f"{mem['after_load']['uss'] / KIB**2:.1f} MiB after the load: "
         f"{phase['memory_per_stream_bytes']['uss'] / KIB:.1f} KiB per stream "
         f"(RSS {phase['memory_per_stream_bytes']['rss'] / KIB:.1f} KiB); "
-        f"gateway CPU {phase['gateway_cpu_s_per_s']} s/s over the load; "
+        f"gateway CPU {phase['gateway_cpu_s_per_s']} s/s over the load, "
+        f"{phase['gateway_idle_cpu_s_per_s']} s/s with the streams open and idle; "
         f"client CPU s {phase['client_cpu_seconds']}"
     )
     print(
@@ -452,6 +456,7 @@ def print_summary(phases: list[dict[str, Any]]) -> None:
                 "raw p99",
                 "KiB/stream",
                 "gw CPU s/s",
+                "idle CPU s/s",
             ],
             [
                 [
@@ -468,6 +473,7 @@ def print_summary(phases: list[dict[str, Any]]) -> None:
                     p["latency"][RAW]["p99_ms"],
                     round(p["memory_per_stream_bytes"]["uss"] / KIB, 1),
                     p["gateway_cpu_s_per_s"],
+                    p["gateway_idle_cpu_s_per_s"],
                 ]
                 for p in phases
             ],
