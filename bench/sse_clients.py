@@ -7,7 +7,8 @@ measured, and a burst of 1,000 opens would meet the gateway's in-flight limit), 
 each frame was parsed (``time.time()``, the same clock as the parent's commit times). It writes
 ``{"ready": n}`` once every stream has sent its first frame (the snapshot), then, when every
 stream has ended (the parent completed the tasks), ``{"received": [[task, version, at], ...],
-"errors": [...], "cpu_s": seconds}`` and exits.
+"errors": [...], "cpu_s": seconds}`` to the file named by the request's ``results``, says
+``{"done": path}`` and exits.
 
 Several of these share the streams so that the client side is not the bottleneck of a run with
 1,000 streams (one Python process parsing every frame of 1,000 httpx streams could be).
@@ -19,6 +20,7 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -100,7 +102,8 @@ async def run(request: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     request = json.loads(sys.stdin.readline())
     result = uvloop.run(run(request))
-    print(json.dumps(result), flush=True)
+    Path(request["results"]).write_text(json.dumps(result))  # large: a file, not the pipe
+    print(json.dumps({"done": request["results"]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -196,8 +196,10 @@ class Clients:
                 text=True,
             )
             assert process.stdin is not None
-            request = {"base": base, "tenant": TENANT, "tasks": [str(t.id) for t in share]}
-            process.stdin.write(json.dumps(request | {"open_at_once": open_at_once}) + "\n")
+            request: dict[str, Any] = {"base": base, "tenant": TENANT, "tasks": [str(t.id) for t in share]}
+            results = Path(tempfile.mkdtemp(prefix="sse-client-")) / "received.json"
+            request |= {"open_at_once": open_at_once, "results": str(results)}
+            process.stdin.write(json.dumps(request) + "\n")
             process.stdin.flush()
             self.processes.append(process)
 
@@ -222,7 +224,9 @@ class Clients:
         errors: list[str] = []
         cpu: list[float] = []
         for process in self.processes:
-            answer = self._line(process)
+            done = Path(self._line(process)["done"])
+            answer = json.loads(done.read_text())
+            done.unlink()
             for task, version, at in answer["received"]:
                 received.setdefault((task, version), at)
             errors.extend(answer["errors"])
