@@ -3,34 +3,43 @@
 ``TaskFeed.follow(task_id, tenant, after_version)`` is an async iterator of the task's event
 messages (the relay's NATS form, ``{position, taskId, tenant, version, type, time, body}``,
 ``docs/events.md``) with versions above ``after_version``: each version once, none skipped,
-in order. Blocking SendMessage waits on it; the SSE streams (SendStreamingMessage,
-SubscribeToTask with ``Last-Event-ID`` = a version) are meant to send from it.
+in order. Blocking SendMessage waits on it, and so do the SSE streams (SendStreamingMessage,
+SubscribeToTask, with ``Last-Event-ID`` = a version).
 
 How it is built, so that the log is read only for what NATS did not bring:
 
-1. Subscribe to the task's subjects and flush, so the server has the subscription.
-2. Catch up from the log on what is older than the first live message seen (versions above
-   ``after_version`` and below that message's), or on everything newer when none came yet.
+1. The feed has one core subscription to all the deployment's task subjects
+   (``<prefix>.tasks.>``), made when it connects, and hands each message to the followers of
+   its task (the task id is a token of the subject; a message of a task nobody follows here is
+   not parsed). A new follower is registered before it reads anything.
+2. The follower catches up from the log on what is older than the first live message it was
+   handed (versions above ``after_version`` and below that message's), or on everything newer
+   when none came yet.
 3. Then live: a message at or below the last version given is a duplicate and dropped; the
    next version is given as it came; a message past a gap, or a reference (an event too big
-   for NATS: ``body`` null and ``bodyOmitted``), makes the feed read the log up to it.
-4. After a NATS reconnect (messages may have been published while the client was away), and
-   every ``fallback_poll`` seconds without a message (a stalled relay delays, never loses), it
-   reads the log after the last version given.
+   for NATS: ``body`` null and ``bodyOmitted``), makes the follower read the log up to it.
+4. After a NATS reconnect, or when the client dropped messages (a slow consumer), messages may
+   have been lost: every follower reads the log after the last version it gave.
+5. A stalled relay delays, never loses: every ``fallback_poll`` seconds, while anyone follows,
+   the feed reads the log's head position (one query for the whole gateway). If the relay's
+   messages heard since (their ``Nats-Msg-Id`` is ``<stream>:<position>``) have not reached the
+   head read one check before, the relay is behind by more than ``fallback_poll``, and every
+   follower reads the log after its last version (ADR 0038; before it, each follower read the
+   log after every ``fallback_poll`` of its own task's silence, one query per quiet stream).
 
 ``FeedOrder`` is that ordering, deduplication and gap filling, with the log as a port
 (``ReadLog``), so it is tested without I/O; ``TaskFeed`` adds the subscription and the clock,
 ``StoreLog`` reads the PostgreSQL log into the same message form.
 
-Core NATS, not a JetStream consumer: a core subscription to the task's subjects gets the
-relay's publishes as they enter the stream, and costs one ``SUB`` and a ping to set up (no
-consumer to create on the server and delete again for every blocking call). An ordered
-consumer with a start sequence would need the stream sequence of the version to start from,
-which a caller holding only a version does not know (the set-up below asks the stream for its
-last sequence); the log answers "after version v" with one index range instead. Measured with
-``bench/feed_setup.py`` (300 rounds, local nats-server 2.9, 2 vCPU, load average 4,
-2026-12-01): set-up p50 0.21 ms for a core subscription against 0.95 ms for an ordered
-consumer, publish to callback p50 0.20 ms against 0.28 ms (``docs/benchmarks.md`` §7).
+Core NATS, not a JetStream consumer: a core subscription gets the relay's publishes as they
+enter the stream, at no cost per follower (no consumer to create on the server and delete again
+for every blocking call). An ordered consumer with a start sequence would need the stream
+sequence of the version to start from, which a caller holding only a version does not know; the
+log answers "after version v" with one index range instead. Measured with ``bench/feed_setup.py``
+(300 rounds, local nats-server 2.9, 2 vCPU, load average 4, 2026-12-01): set-up p50 0.21 ms for
+a core subscription (one per follower then) against 0.95 ms for an ordered consumer, publish to
+callback p50 0.20 ms against 0.28 ms (``docs/benchmarks.md`` §7). One subscription for the whole
+gateway instead of one per follower: ``docs/benchmarks.md`` §14, ADR 0038.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.errors import SlowConsumerError
 
 from projections.event_json import dumps, event_message
 from projections.subjects import NatsNames
@@ -75,6 +85,9 @@ FLUSH_TIMEOUT_S = 1
 
 _RESYNC: JSON = {}
 """Queued after a reconnect: read the log after the last version given."""
+
+MSG_ID = "Nats-Msg-Id"
+"""The relay's header on every message: ``<stream>:<position>``."""
 
 
 class FeedOverflowError(Exception):
@@ -109,6 +122,23 @@ def parse_message(data: bytes) -> JSON | None:
     if isinstance(version, bool) or not isinstance(version, int) or not isinstance(event_type, str):
         return None
     return message
+
+
+def task_token(subject: str) -> str:
+    """The task id token of a task subject, ``<prefix>.tasks.<tenant>.<task id>.<EventType>``."""
+    parts = subject.rsplit(".", 2)
+    return parts[-2] if len(parts) == 3 else ""
+
+
+def position_of(msg: Msg, message: JSON | None) -> int | None:
+    """The log position of a relay's message: its ``Nats-Msg-Id`` header, else its ``position``."""
+    msg_id = msg.headers.get(MSG_ID) if msg.headers else None
+    if msg_id is not None:
+        _, _, tail = msg_id.rpartition(":")
+        if tail.isdigit():
+            return int(tail)
+    position = message.get("position") if message is not None else None
+    return position if isinstance(position, int) and not isinstance(position, bool) else None
 
 
 class FeedOrder:
@@ -172,8 +202,13 @@ class _Inbox:
         self.overflowed = False
         self._max_pending = max_pending
 
-    async def wait(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the next message; whether one came."""
+    async def wait(self, seconds: float | None) -> bool:
+        """Wait up to ``seconds`` (None: for as long as it takes) for the next message; whether one came.
+
+        A message already waiting, or the overflow, returns at once.
+        """
+        if self.pending or self.overflowed:
+            return True
         self.arrived.clear()
         try:
             await asyncio.wait_for(self.arrived.wait(), seconds)
@@ -215,6 +250,10 @@ class StoreLog:
 
         return read
 
+    def head(self) -> int:
+        """The position of the log's last event (0 for an empty log)."""
+        return self._recorder.max_notification_id() or 0
+
     def read(
         self, task_id: UUID, tenant: str, after: int, up_to: int | None, limit: int = PAGE
     ) -> list[JSON]:
@@ -227,7 +266,7 @@ class StoreLog:
 
 
 class TaskFeed:
-    """Follows tasks on one NATS connection, catching up from the log (``StoreLog``)."""
+    """Follows tasks on one NATS connection and one subscription, catching up from the log (``StoreLog``)."""
 
     def __init__(
         self, client: NatsClient, names: NatsNames, store_log: StoreLog, *, fallback_poll: float = 1.0
@@ -236,7 +275,13 @@ class TaskFeed:
         self._names = names
         self._log = store_log
         self._fallback_poll = fallback_poll
-        self._followers: set[Callable[[JSON], None]] = set()
+        self._followers: dict[str, set[Callable[[JSON], None]]] = {}
+        """The followers of each task here (by task id), each by its inbox's ``push``."""
+        self._heard = 0
+        """The highest log position of the relay's messages heard."""
+        self._covered = 0
+        """A log position up to which nothing waits for the relay: the followers read the log past it."""
+        self._watch: asyncio.Task[None] | None = None
         self.closing = False
 
     @classmethod
@@ -250,7 +295,7 @@ class TaskFeed:
     ) -> TaskFeed:
         """A feed on a new connection to ``names.url`` that reconnects forever.
 
-        nats-py resubscribes every subscription after a reconnect; the feed then reads the log
+        nats-py resubscribes the feed's subscription after a reconnect; the feed then reads the log
         for what was published while it was away. Only the first connect is bounded
         (``connect_timeout``): with unlimited reconnects nats-py would retry it forever.
         """
@@ -265,6 +310,13 @@ class TaskFeed:
                 return
             log.warning("NATS at %s lost: live feeds poll the log until it is back", names.url)
 
+        async def error(exception: Exception) -> None:
+            if isinstance(exception, SlowConsumerError):
+                log.warning("the task feed dropped NATS messages (slow consumer): live feeds read the log")
+                feed.reconnected()
+            else:
+                log.warning("NATS error at %s: %r", names.url, exception)
+
         client = await asyncio.wait_for(
             nats.connect(
                 names.urls,
@@ -272,21 +324,77 @@ class TaskFeed:
                 reconnect_time_wait=RECONNECT_WAIT_S,
                 reconnected_cb=reconnected,
                 disconnected_cb=disconnected,
+                error_cb=error,
             ),
             connect_timeout,
         )
         feed = cls(client, names, store_log, fallback_poll=fallback_poll)
+        try:
+            await feed.start()
+        except BaseException:
+            await client.close()
+            raise
         return feed
 
+    async def start(self) -> None:
+        """Read the log's head, subscribe to every task subject, start watching the relay."""
+        self._covered = await asyncio.to_thread(self._log.head)  # what each follower's catch-up reads
+        await self._client.subscribe(self._names.all_subjects, cb=self._on_message)
+        with contextlib.suppress(NatsError, TimeoutError):
+            await self._client.flush(FLUSH_TIMEOUT_S)
+        self._watch = asyncio.ensure_future(self._watch_relay())
+
     async def close(self) -> None:
-        """Close the connection."""
+        """Stop watching the relay, close the connection."""
         self.closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         await self._client.close()
 
     def reconnected(self) -> None:
         """Make every follower read the log after its last version (messages may be lost)."""
-        for push in list(self._followers):
-            push(_RESYNC)
+        for pushes in list(self._followers.values()):
+            for push in list(pushes):
+                push(_RESYNC)
+
+    async def _on_message(self, msg: Msg) -> None:
+        """Hand one relay message to the followers of its task; note its position."""
+        pushes = self._followers.get(task_token(msg.subject))
+        message = None
+        if pushes:
+            message = parse_message(msg.data)
+            if message is None:
+                log.warning("unreadable NATS message on %s: reading the log instead", msg.subject)
+            for push in list(pushes):
+                push(_RESYNC if message is None else message)
+        position = position_of(msg, message)
+        if position is not None and position > self._heard:
+            self._heard = position
+
+    async def _watch_relay(self) -> None:
+        """Every ``fallback_poll``: if the relay is behind the log's head of one check before, resync all."""
+        previous: int | None = None
+        while True:
+            await asyncio.sleep(self._fallback_poll)
+            if not self._followers:
+                previous = None
+                continue
+            try:
+                head = await asyncio.to_thread(self._log.head)
+            except Exception as error:  # noqa: BLE001 - the next check tries again; a stream reads on
+                log.warning("cannot read the log's head (%r): the task feed checks the relay again", error)
+                continue
+            if previous is not None and max(self._heard, self._covered) < previous:
+                log.debug(
+                    "the relay is behind the log (heard %d, head %d): followers read the log",
+                    self._heard,
+                    previous,
+                )
+                self._covered = previous
+                self.reconnected()
+            previous = head
 
     async def follow(
         self,
@@ -300,27 +408,17 @@ class TaskFeed:
         """The task's event messages above ``after_version``, in order, until ``timeout`` seconds.
 
         ``timeout`` None follows until the caller stops (``aclose``, or ``break`` inside
-        ``contextlib.aclosing``), which also ends the subscription. With ``max_pending``, a
+        ``contextlib.aclosing``), which also ends the following. With ``max_pending``, a
         follower that lets more live messages than that wait (it does not read: a slow SSE
         client) gets ``FeedOverflowError`` at its next read instead; None lets them queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         inbox = _Inbox(max_pending)
         pending, push = inbox.pending, inbox.push
-
-        async def on_message(msg: Msg) -> None:
-            message = parse_message(msg.data)
-            if message is None:
-                log.warning("unreadable NATS message on %s: reading the log instead", msg.subject)
-            push(_RESYNC if message is None else message)
-
-        subscription = await self._client.subscribe(self._names.task_subjects(task_id), cb=on_message)
-        self._followers.add(push)
+        key = str(task_id)
+        self._followers.setdefault(key, set()).add(push)
         order = FeedOrder(self._log.reader(task_id, tenant), after_version)
         try:
-            if self._client.is_connected:
-                with contextlib.suppress(NatsError, TimeoutError):
-                    await self._client.flush(FLUSH_TIMEOUT_S)
             first_live = next((m for m in pending if m is not _RESYNC and m["version"] > after_version), None)
             up_to = None if first_live is None else first_live["version"] - 1
             async for page in order.pages(up_to):
@@ -333,15 +431,15 @@ class TaskFeed:
                     async for page in _pages_for(order, pending.popleft()):
                         for message in page:
                             yield message
-                wait = self._fallback_poll
+                remaining = None
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
-                    wait = min(wait, remaining)
-                if not await inbox.wait(wait) and (deadline is None or time.monotonic() < deadline):
-                    push(_RESYNC)
+                await inbox.wait(remaining)
         finally:
-            self._followers.discard(push)
-            with contextlib.suppress(NatsError):
-                await subscription.unsubscribe()
+            pushes = self._followers.get(key)
+            if pushes is not None:
+                pushes.discard(push)
+                if not pushes:
+                    del self._followers[key]

@@ -8,6 +8,7 @@ brings: everything, nothing, a gap, a reference, or nothing while the server is 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from tests.support.nats_servers import NatsServer
 from tests.support.tasks import new_task
+from workers.relay import Relay
 
 JSON = dict[str, Any]
 
@@ -255,3 +257,55 @@ async def test_a_message_that_is_not_json_makes_the_feed_read_the_log(
 
     assert [m["type"] for m in given] == ["LeaseGranted"]
     assert json.loads(dumps(given[0]))["version"] == 2
+
+
+class ReadsPerTask(StoreLog):
+    """The store's log, counting each task's reads."""
+
+    def __init__(self, store: TaskApplication) -> None:
+        super().__init__(store)
+        self.reads: collections.Counter[Any] = collections.Counter()
+
+    def read(self, task_id: Any, tenant: str, after: int, up_to: int | None, limit: int = 500) -> list[JSON]:
+        self.reads[task_id] += 1
+        return super().read(task_id, tenant, after, up_to, limit)
+
+
+async def test_quiet_followers_do_not_read_the_log_while_the_relay_keeps_up(
+    store: TaskApplication, nats_url: str, nats_names: tuple[str, str]
+) -> None:
+    names = _names(nats_url, nats_names)
+    log = ReadsPerTask(store)
+    stop = asyncio.Event()
+    relay = asyncio.ensure_future(Relay(store=store, names=names).run(stop))
+    feed = await TaskFeed.connect(names, log, fallback_poll=0.2)
+    quiet = [_submitted(store) for _ in range(5)]
+    busy = _submitted(store)
+    followers = [feed.follow(t.id, t.tenant, t.version) for t in [*quiet, busy]]
+    waits = [asyncio.ensure_future(anext(f)) for f in followers[:-1]]
+    try:
+        _progress(store, busy, 1)
+        await _take(followers[-1], 1)  # the relay publishes: every follower has caught up once
+        assert all(log.reads[t.id] == 1 for t in quiet)
+        began = time.monotonic()
+        for _ in range(20):  # 3 s of a busy task beside five quiet ones: 15 fallback polls
+            _progress(store, busy, 1)
+            await asyncio.sleep(0.15)
+        given = await _take(followers[-1], 20)
+        watched_s = time.monotonic() - began
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+        for follower in followers:
+            await follower.aclose()
+        await feed.close()
+        stop.set()
+        await relay
+
+    assert [m["version"] for m in given] == list(range(3, 23))
+    assert watched_s > 15 * 0.2
+    # One read each (the catch-up) and at most two more, if the relay fell behind by a check
+    # (a busy machine); one read per fallback poll per quiet follower would be 15 each.
+    assert all(log.reads[t.id] <= 3 for t in quiet), log.reads
+    assert log.reads[busy.id] <= 3, log.reads
