@@ -156,8 +156,18 @@ def install() -> None:
                 STATS["committer.conflicting_tasks"] += sum(o is not None for o in outcomes)
         return outcomes
 
+    original_append_each = TaskApplication._append_each
+
+    def append_each(self: TaskApplication, batch: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original_append_each(self, batch)
+        finally:
+            _count("store.append_each (one call)", time.perf_counter() - t0)
+
     TaskApplication.save = save  # type: ignore[method-assign, assignment]
     TaskApplication.save_each = save_each  # type: ignore[method-assign]
+    TaskApplication._append_each = append_each  # type: ignore[method-assign]
     TaskApplication.get = _timed_sync("store.get", TaskApplication.get)  # type: ignore[method-assign]
     for name in ("claimable", "owners", "next_lease_end"):
         setattr(

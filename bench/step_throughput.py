@@ -484,8 +484,10 @@ def instrumented_summary(index: int, stats: dict[str, Any], wall: float) -> str:
         f"worker {index}: committer busy {busy:.0%} of the run; {groups:.0f} groups "
         f"(mean {tasks_saved / groups if groups else 0:.1f} tasks, "
         f"{mean_ms('committer.save_each (group)'):.1f} ms), "
-        f"{calls('committer.group_had_conflict'):.0f} split by a conflict -> "
-        f"{calls('store.save (one transaction)') - groups:.0f} extra single saves; "
+        f"{calls('committer.group_had_conflict'):.0f} with a conflict ("
+        f"{stats.get('committer.conflicting_tasks', 0):.0f} tasks lost) -> "
+        f"{calls('store.save (one transaction)') + calls('store.append_each (one call)') - groups:.0f}"
+        " extra single saves; "
         f"{calls('store.get'):.0f} loads ({mean_ms('store.get'):.1f} ms); "
         f"{calls('worker._claim'):.0f} claims, {calls('worker._claim.returned_none'):.0f} lost"
     )

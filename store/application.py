@@ -79,6 +79,9 @@ created instead of creating a second one. Never change it: existing ids would st
 MAX_PUSH_CONFIGS = 20
 """The most push notification configs one task keeps (each is replayed with the task)."""
 
+Pending = tuple[Task, Sequence[DomainEventProtocol[UUID]], RunQueueRow]
+"""A task of a group append, its pending events and its run-queue row after them."""
+
 CANCEL_REASON = "canceled by the client"
 CANCEL_TEXT = "Canceled by the client."
 
@@ -197,21 +200,24 @@ class TaskApplication(Application[UUID]):
     def save_each(self, *tasks: Task) -> list[Exception | None]:
         """Append the pending events of ``tasks``, grouped in one transaction when possible.
 
-        When the group fails (a conflict, or a task whose events cannot be stored), each task is
-        saved alone, so one task's trouble costs no other. Returns, per task, ``None`` (saved)
-        or the error that refused it (``ConflictError`` for a lost race).
+        A task someone else appended to first is left out of the group, and the others are
+        appended together (``RunQueue.insert_events_each``): a lost race costs its own task only.
+        When the group fails otherwise (a race only the append itself can see, or a task whose
+        events cannot be stored), each task is saved alone, so one task's trouble costs no other.
+        Returns, per task, ``None`` (saved) or the error that refused it (``ConflictError`` for a
+        lost race).
         """
         batch = [(t, list(t.pending_events), RunQueueRow.of(t)) for t in tasks if t.pending_events]
         try:
-            self.save(
-                *tasks,
-                run_queue=[row for _, _, row in batch],
-                task_keys_destroyed=_keys_to_destroy([t for t, _, _ in batch]),
-            )
+            lost = self._append_each(batch)
         except Exception as error:  # noqa: BLE001 - split the group up to find who failed
             log.debug("group of %d failed (%r); saving each alone", len(batch), error)
         else:
-            return [None] * len(tasks)
+            self._snapshot_kept(batch, lost)
+            return [
+                ConflictError(f"task {t.id}: another writer appended to it first") if t.id in lost else None
+                for t in tasks
+            ]
         outcome: dict[int, Exception | None] = {}
         for task, events, row in batch:
             try:
@@ -222,6 +228,33 @@ class TaskApplication(Application[UUID]):
             except Exception as error:  # noqa: BLE001 - reported to that task's caller
                 outcome[id(task)] = error
         return [outcome.get(id(t)) for t in tasks]
+
+    def _append_each(self, batch: Sequence[Pending]) -> frozenset[UUID]:
+        """One group append that keeps the tasks which did not lose a race; returns those that did.
+
+        The tasks' pending events are collected once the append returned (the split that follows
+        a failure saves the copies in ``batch``).
+        """
+        if not batch:
+            return frozenset()
+        events = [event for _, pending, _ in batch for event in pending]
+        appended = self.run_queue.insert_events_each(
+            [self.mapper.to_stored_event(event) for event in events],
+            run_queue=[row for _, _, row in batch],
+            task_keys_destroyed=_keys_to_destroy([task for task, _, _ in batch]),
+        )
+        for task, _, _ in batch:
+            task.collect_events()
+        return appended.lost
+
+    def _snapshot_kept(self, batch: Sequence[Pending], lost: frozenset[UUID]) -> None:
+        """Snapshot the appended tasks that reached the interval, as ``save`` does after its append."""
+        for task, pending, _ in batch:
+            if task.id in lost:
+                continue
+            for event in pending:
+                if event.originator_version % SNAPSHOT_INTERVAL == 0:
+                    self.take_snapshot(task.id, version=event.originator_version)
 
     def reveal(self, task: Task, message: JSON) -> JSON:
         """``message`` of ``task`` with its sealed parts opened (for the running step only).

@@ -24,7 +24,7 @@ from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, P
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
-from store.run_queue import RunQueueRow, StoredHistory
+from store.run_queue import EachAppended, RunQueueRow, StoredHistory
 from store.task_keys import KeyChanges, MemoryTaskKeys
 
 
@@ -60,6 +60,30 @@ class MemoryRunQueueRecorder(POPOApplicationRecorder):
             if current is None or current.version < row.version:
                 self._rows[row.task_id] = row
         return notification_ids
+
+    def insert_events_each(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> EachAppended:
+        """Append a group, leaving out the tasks that lost a race (see ``RunQueue.insert_events_each``)."""
+        rows: Sequence[RunQueueRow] = kwargs.get("run_queue", ())
+        keys = KeyChanges.of(kwargs)
+        with self._database_lock:
+            lost = frozenset(
+                {
+                    task_uuid(e.originator_id)
+                    for e in stored_events
+                    if e.originator_version in self._stored_events_index[str(e.originator_id)]
+                }
+                | {key.task_id for key in keys.new if self.task_keys.get(key.task_id) is not None}
+            )
+            kept = [e for e in stored_events if task_uuid(e.originator_id) not in lost]
+            ids = self._insert_events(
+                kept,
+                run_queue=[r for r in rows if r.task_id not in lost],
+                task_keys=[k for k in keys.new if k.task_id not in lost],
+                task_keys_destroyed=[t for t in keys.destroyed if t not in lost],
+            )
+        if kept:
+            self._notify_listeners()
+        return EachAppended(ids=list(ids or ()), lost=lost)
 
     def _notify_listeners(self) -> None:
         super()._notify_listeners()

@@ -2,11 +2,15 @@
 
 The run-queue rows are upserted by the same transaction that appends the events, so they are
 written only when the append commits. That transaction is one statement, a call of the
-``longhaul_append`` function (migration 0009, ADR 0031) in autocommit: the library's table lock
+``longhaul_append`` function (migrations 0009 and 0010, ADR 0031) in autocommit: the library's table lock
 is taken and released on the server, within one client round trip. Claims and deadline
 sweeps are index lookups on partial indexes, so their cost does not grow with the number of
 paused or finished tasks. The table and its indexes come from the schema migrations
 (``store/migrations``), not from this class.
+
+A group commit of the worker (``insert_events_each``, migration 0010, ADR 0037) locks its tasks'
+run-queue rows first, then leaves out the tasks whose race was lost and appends the others: a
+lost race costs its task only, not the group.
 
 The same transaction writes each event's chain hash (``store/chain.py``) to
 ``longhaul_event_chain``, after the events themselves (so a lost race is the library's conflict on
@@ -44,7 +48,7 @@ from psycopg.sql import SQL, Identifier
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.merkle_log import PURGED_TABLE
-from store.run_queue import RUN_QUEUE_TABLE, RunQueueRow, StoredHistory
+from store.run_queue import RUN_QUEUE_TABLE, EachAppended, RunQueueRow, StoredHistory
 from store.task_keys import KeyChanges, PostgresTaskKeys
 
 log = logging.getLogger(__name__)
@@ -86,11 +90,11 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             " ON c.task_id = k.id AND c.version = k.version"
         ).format(schema, chain)
         self._append = SQL(
-            "SELECT n FROM {}.longhaul_append(%b, %b, %b::uuid[], %b::bigint[], %b::text[], %b::bytea[],"
-            " %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[], %b::text[],"
-            " %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
-            " %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[], %b::bytea[],"
-            " %b::uuid[]) AS n"
+            "SELECT n, lost FROM {}.longhaul_append(%b, %b, %b, %b::uuid[], %b::bigint[], %b::text[],"
+            " %b::bytea[], %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[],"
+            " %b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[],"
+            " %b::timestamptz[], %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[],"
+            " %b::bytea[], %b::uuid[])"
         ).format(schema)
         """The append (``%b``: every argument in binary, no text escaping of the events' bytes)."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
@@ -100,7 +104,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         """Append the events, their chain hashes, run-queue rows and task keys: one statement.
 
-        The statement is a call of ``longhaul_append`` (migration 0009) in autocommit: it takes
+        The statement is a call of ``longhaul_append`` (migration 0010) in autocommit: it takes
         the library's table lock, inserts, and commits on the server, so the lock is never held
         across a client round trip. A read before it, outside the lock, fetches the hashes the
         chain continues from when this process did not write them itself. The retry is the
@@ -111,19 +115,48 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         keys = KeyChanges.of(kwargs)
         if not stored_events and not rows and not keys.new and not keys.destroyed:
             return None
+        return self._call_append(stored_events, rows, keys, keep_others=False).ids
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def insert_events_each(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> EachAppended:
+        """``insert_events`` for a group of tasks, keeping the tasks that did not lose a race.
+
+        One statement as well (``longhaul_append`` with ``keep_others``): the tasks someone
+        appended to first (or gave a key first) are left out, nothing of theirs is written, and
+        the others are appended together. Returns their notification ids and the lost tasks. A
+        race the statement cannot see before the lock (a new task submitted twice at once) still
+        raises the library's ``IntegrityError``, and nothing was written.
+        """
+        rows = _latest_rows(kwargs.get("run_queue", ()))
+        return self._call_append(stored_events, rows, KeyChanges.of(kwargs), keep_others=True)
+
+    def _call_append(
+        self,
+        stored_events: Sequence[StoredEvent],
+        rows: Sequence[RunQueueRow],
+        keys: KeyChanges,
+        *,
+        keep_others: bool,
+    ) -> EachAppended:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             links = self._chain_links(curs, stored_events)
-            curs.execute(self._append, self._append_params(stored_events, links, rows, keys), prepare=True)
-            ids: list[int] = [row["n"] for row in curs.fetchall()]
-        if len(ids) != len(stored_events):
-            raise ProgrammingError(f"got {len(ids)} notification ids for {len(stored_events)} events")
+            params = (keep_others, *self._append_params(stored_events, links, rows, keys))
+            curs.execute(self._append, params, prepare=True)
+            found = curs.fetchall()
+        lost = frozenset(row["lost"] for row in found if row["lost"] is not None)
+        ids: list[int] = [row["n"] for row in found if row["n"] is not None]
+        kept = [e for e in stored_events if task_uuid(e.originator_id) not in lost]
+        if len(ids) != len(kept):
+            raise ProgrammingError(f"got {len(ids)} notification ids for {len(kept)} events")
         with self._heads_lock:  # committed: the next commit of these tasks needs no read
             for task_id, version, digest in links:
+                if task_id in lost:
+                    continue
                 self._heads[task_id] = (version, digest)
                 self._heads.move_to_end(task_id)
             while len(self._heads) > CHAIN_HEADS_KEPT:
                 self._heads.popitem(last=False)
-        return ids
+        return EachAppended(ids=ids, lost=lost)
 
     def _append_params(
         self,
@@ -605,12 +638,16 @@ def _stored(row: Any) -> StoredEvent:
 
 
 def _latest_rows(rows: Sequence[RunQueueRow]) -> list[RunQueueRow]:
-    """One row per task, its highest version (one statement cannot upsert a row twice)."""
+    """One row per task, its highest version (one statement cannot upsert a row twice).
+
+    In task-id order: every append locks the rows of its tasks in the same order, so two appends
+    of overlapping groups never wait for each other in a circle.
+    """
     latest: dict[UUID, RunQueueRow] = {}
     for row in rows:
         if row.task_id not in latest or latest[row.task_id].version < row.version:
             latest[row.task_id] = row
-    return list(latest.values())
+    return [latest[task_id] for task_id in sorted(latest)]
 
 
 def _split(skills: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:

@@ -6,7 +6,8 @@ only when that append succeeds), it can never disagree with the log. A row is re
 row of a newer task version, so a late writer never moves it back.
 
 ``RunQueue`` names what the store's recorder answers besides the library's own recorder
-interface: the queries, the two-query load of several tasks, and a wake-up on every append. Two
+interface: the queries, the two-query load of several tasks, the group append that keeps the
+tasks which did not lose a race (``insert_events_each``), and a wake-up on every append. Two
 recorders implement it: ``store.postgres`` (the run queue is a table with partial indexes) and
 ``store.memory`` (dictionaries under the recorder's lock, for tests and single-process runs).
 """
@@ -63,6 +64,16 @@ class RunQueueRow:
             updated_at=task.ended_at or task.modified_on,
             expired=task.expired,
         )
+
+
+@dataclass(frozen=True)
+class EachAppended:
+    """What a group append that keeps the tasks which did not lose a race wrote, and who lost."""
+
+    ids: list[int]
+    """The notification ids of the events stored, in the order they were given."""
+    lost: frozenset[UUID]
+    """The tasks someone appended to first (or gave a key first): nothing of theirs was written."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,16 @@ class RunQueue(Protocol):
 
     def select_histories(self, task_ids: Sequence[UUID]) -> dict[UUID, StoredHistory]:
         """The latest snapshot and the events after it, for those of ``task_ids`` that exist."""
+        ...
+
+    def insert_events_each(self, stored_events: Sequence[StoredEvent], **kwargs: object) -> EachAppended:
+        """Append a group of tasks' events as ``insert_events`` does, leaving out the tasks that lost.
+
+        A task lost when one of its new events' versions is stored already, or it is given a key
+        and has one. Nothing of a lost task is written (events, chain hashes, run-queue row, keys);
+        the others are appended in one transaction, in the order given. A race found only by the
+        append itself raises the library's ``IntegrityError``, and then nothing was written.
+        """
         ...
 
     async def follow_appends(self, event: asyncio.Event) -> None:

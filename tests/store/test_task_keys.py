@@ -187,6 +187,24 @@ def test_a_worker_group_commit_that_ends_tasks_destroys_their_keys(any_store: Ta
     assert any_store.task_keys.count() == 0
 
 
+def test_a_group_commit_that_lost_the_race_for_a_task_keeps_its_key(any_store: TaskApplication) -> None:
+    """The group ends both tasks; someone appended to the first before: only the second's key goes."""
+    raced, kept = (answer_with_key(any_store, paused(any_store)) for _ in range(2))
+    winner = any_store.get(raced.id)
+    winner.grant_lease(worker="w1", now=later(2), until=later(3))
+    any_store.save_tasks(winner)
+    for task in (raced, kept):
+        epoch = task.grant_lease(worker="w2", now=later(2), until=later(3))
+        task.fail(epoch=epoch, now=later(2), reason="stop", message=None)
+
+    outcomes = any_store.save_each(raced, kept)
+
+    assert isinstance(outcomes[0], ConflictError)
+    assert outcomes[1] is None
+    assert any_store.task_keys.get(raced.id) is not None
+    assert any_store.task_keys.get(kept.id) is None
+
+
 def test_cancel_destroys_the_key(any_store: TaskApplication) -> None:
     task = answer_with_key(any_store, paused(any_store))
 
