@@ -203,6 +203,14 @@ def servers(
         yield urls
 
 
+def round_order(urls: dict[str, str], number: int, *, fixed: bool = False) -> list[tuple[str, str]]:
+    """The servers in the order round ``number`` (from 0) visits them: interleaved, every round
+    visits each server, and every other round in the reverse order, so that no server always runs
+    right after the same one (whose background work may still be running on the same cores)."""
+    order = list(urls.items())
+    return order[::-1] if number % 2 and not fixed else order
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -283,6 +291,11 @@ def main() -> None:
         type=Path,
         help="also run longhaul from this checkout (server longhaul-base): an interleaved A/B",
     )
+    parser.add_argument(
+        "--fixed-order",
+        action="store_true",
+        help="visit the servers in the same order every round (by default every other round reverses it)",
+    )
     args = parser.parse_args()
     if args.baseline_tree is not None:
         args.servers = [*args.servers, "longhaul-base"]
@@ -298,7 +311,7 @@ def main() -> None:
         for number in range(args.rounds):
             for mode in args.modes:
                 for c in args.concurrency:
-                    for name, url in urls.items():  # interleaved: every round visits each server
+                    for name, url in round_order(urls, number, fixed=args.fixed_order):
                         if (name, mode) in unsupported:
                             continue
                         try:

@@ -22,6 +22,7 @@ from domain.states import TaskState
 from domain.task import Task, lease_end
 from store.application import TaskApplication
 from store.errors import ConflictError
+from store.retry import retry_lost_connection
 from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
@@ -105,13 +106,15 @@ class Worker:
         if free <= 0:
             return 0
         now = self.clock()
-        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 4, self._skills)
+        claimable = functools.partial(self.store.run_queue.claimable, now, free * 4, self._skills)
+        candidates = await asyncio.to_thread(retry_lost_connection, claimable)
         candidates = [c for c in candidates if c not in self.runners]
         # Workers read the same queue head: pick at random among it so they rarely collide.
         chosen = random.sample(candidates, min(free, len(candidates)))
         if not chosen:  # woken by an append that left nothing to claim (a handed-off task's, say)
             return 0
-        loaded = await asyncio.to_thread(self.store.get_many, chosen)  # two queries for them all
+        load = functools.partial(self.store.get_many, chosen)  # two queries for them all
+        loaded = await asyncio.to_thread(retry_lost_connection, load)
         leases = await asyncio.gather(*(self._claim(task) for task in loaded.values()))
         for lease in leases:
             if lease is not None:
@@ -209,7 +212,8 @@ class Worker:
         """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
         timeout = self.config.poll_seconds
         if len(self.runners) + self._reserved < self.config.concurrency:
-            next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end, self._skills)
+            next_lease_end = functools.partial(self.store.run_queue.next_lease_end, self._skills)
+            next_end = await asyncio.to_thread(retry_lost_connection, next_lease_end)
             if next_end is not None:
                 until_expiry = (next_end - self.clock()).total_seconds() + 0.01
                 timeout = max(0.01, min(timeout, until_expiry))
