@@ -10,7 +10,8 @@ Modes, all JSON-RPC with the same bodies: ``blocking`` (``SendMessage``, waits f
 task), ``immediately`` (``SendMessage`` with ``returnImmediately``) and ``stream``
 (``SendStreamingMessage``: time to the first SSE event and to the terminal one). ``c`` clients run
 for ``--seconds`` each round, each on its own keep-alive connection of one ``httpx.AsyncClient``
-(the SDK's clients are httpx). Every round visits every (mode, c, server); the table gives the
+(the SDK's clients are httpx). Every round visits every (mode, c, server), every other round in
+the reverse server order (``--fixed-order``: always the same); the table gives the
 median over rounds of requests/s and the percentiles over all rounds' requests, and each longhaul
 figure's ratio to the SDK's. A server that answers ``SendStreamingMessage`` with no SSE stream
 (longhaul before its streams) is reported as such for that mode; any other failed request
