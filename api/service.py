@@ -55,7 +55,6 @@ from store.errors import (
     NotWaitingForInputError,
     PushUrlRefusedError,
 )
-from store.group_calls import GroupedCalls
 from store.push_urls import check_push_url
 from store.retry import retry_lost_connection
 
@@ -63,9 +62,6 @@ JSON = dict[str, Any]
 
 DEFAULT_TENANT = "default"
 """The tenant of a request that names none."""
-
-SUBMISSION_GROUP = 64
-"""At most this many submissions in one group commit."""
 
 NO_VIEW = (
     "ListTasks is not available with LONGHAUL_STORE=memory: it is served from the current-task "
@@ -105,12 +101,6 @@ class A2AService:
         self._default_skill = default_skill
         self._waiter = waiter
         self._blocking_timeout_s = blocking_timeout_s
-        # Submissions that arrive while one commits are appended together (ADR 0036).
-        self._submissions: GroupedCalls[Task, None] = GroupedCalls(self._save_submissions, SUBMISSION_GROUP)
-
-    async def _save_submissions(self, tasks: list[Task]) -> list[BaseException | None]:
-        """One group of submissions: one transaction, split when one of them conflicts (a resend)."""
-        return list(await asyncio.to_thread(self._store.save_each, *tasks))
 
     async def send_message(self, request: SendMessageRequest) -> JSON:
         """Start a task, or answer a paused one; blocks until it settles unless asked not to.
@@ -200,22 +190,25 @@ class A2AService:
         leaves no leased task without a runner); a resend, or a failure, gives the slot back.
         """
         submit = functools.partial(
-            self._store.submit_grouped,
-            tenant=tenant,
-            message=message,
-            skill=skill,
-            clock=self._clock,
-            save=self._submissions.call,
-            push_config=push_config,
-            key_id=key_id,
+            self._store.submit, tenant=tenant, message=message, skill=skill, clock=self._clock
         )
         slot = None
         if hand_off and self._hand_off is not None:
             slot = self._hand_off.reserve(skill.name, skill.version)
         if slot is None:
-            task, _ = await submit()
-            return task, None
-        submission = asyncio.ensure_future(submit(lease=(slot.worker_id, slot.lease_seconds)))
+            return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
+        leased = functools.partial(
+            self._store.submit_leased,
+            tenant=tenant,
+            message=message,
+            skill=skill,
+            clock=self._clock,
+            worker=slot.worker_id,
+            lease_seconds=slot.lease_seconds,
+            push_config=push_config,
+            key_id=key_id,
+        )
+        submission = asyncio.ensure_future(asyncio.to_thread(leased))
         answer = asyncio.shield(
             submission
         )  # first: this caller resumes (and answers) before the runner starts

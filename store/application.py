@@ -328,39 +328,6 @@ class TaskApplication(Application[UUID]):
             lease=(worker, lease_seconds),
         )
 
-    async def submit_grouped(
-        self,
-        *,
-        tenant: str,
-        message: JSON,
-        skill: Skill,
-        clock: Clock,
-        save: AsyncSave,
-        lease: tuple[str, float] | None = None,
-        push_config: JSON | None = None,
-        key_id: str | None = None,
-    ) -> tuple[Task, Task | None]:
-        """``submit`` (or ``submit_leased``, with ``lease``: worker and seconds) saving through ``save``.
-
-        ``save`` is a group commit (the gateway's): submissions that arrive while one commits are
-        appended together in the next transaction, each still found out alone when it conflicts
-        (a resend). A submission with a secret part goes alone (its key is inserted with it).
-        """
-        task, key = self._new_task(
-            tenant=tenant, message=message, skill=skill, clock=clock, push_config=push_config, key_id=key_id
-        )
-        if lease is not None:
-            self._lease(task, lease)
-        try:
-            if key is not None:
-                await asyncio.to_thread(self.save_tasks, task, new_keys=[key])
-            else:
-                await save(task)
-        except ConflictError:
-            existing = await asyncio.to_thread(self.get, task.id)
-            return self._resent(existing, tenant=tenant, message=message), None
-        return self._submitted(task, skill, lease)
-
     def _submit(
         self,
         *,
@@ -373,31 +340,6 @@ class TaskApplication(Application[UUID]):
         lease: tuple[str, float] | None = None,
     ) -> tuple[Task, Task | None]:
         """The one submission: the new task saved without a read first, or the resent one loaded."""
-        task, key = self._new_task(
-            tenant=tenant, message=message, skill=skill, clock=clock, push_config=push_config, key_id=key_id
-        )
-        if lease is not None:
-            self._lease(task, lease)
-        try:
-            if key is not None:
-                self.save_tasks(task, new_keys=[key])
-            else:
-                self.save_tasks(task)
-        except ConflictError:
-            return self._resent(self.get(task.id), tenant=tenant, message=message), None
-        return self._submitted(task, skill, lease)
-
-    @staticmethod
-    def _new_task(
-        *,
-        tenant: str,
-        message: JSON,
-        skill: Skill,
-        clock: Clock,
-        push_config: JSON | None,
-        key_id: str | None,
-    ) -> tuple[Task, TaskKey | None]:
-        """A submission's new task, not saved, and the key its secret parts are sealed under, if any."""
         task_id = task_id_for(tenant, message["messageId"])
         context_id = message.get("contextId") or str(uuid4())
         first = {**message, "taskId": str(task_id), "contextId": context_id}
@@ -415,16 +357,17 @@ class TaskApplication(Application[UUID]):
         )
         if push_config is not None:
             task.set_push_config(now=task.created_on, config=push_config, key_id=key_id)
-        return task, key
-
-    @staticmethod
-    def _lease(task: Task, lease: tuple[str, float]) -> None:
-        worker, seconds = lease
-        task.grant_lease(worker=worker, now=task.created_on, until=lease_end(task.created_on, seconds))
-
-    @staticmethod
-    def _submitted(task: Task, skill: Skill, lease: tuple[str, float] | None) -> tuple[Task, Task | None]:
-        _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, task.tenant)
+        if lease is not None:
+            worker, seconds = lease
+            task.grant_lease(worker=worker, now=task.created_on, until=lease_end(task.created_on, seconds))
+        try:
+            if key is not None:
+                self.save_tasks(task, new_keys=[key])
+            else:
+                self.save_tasks(task)
+        except ConflictError:
+            return self._resent(self.get(task_id), tenant=tenant, message=message), None
+        _lifecycle(task, "submitted: skill %s v%d, tenant %s", skill.name, skill.version, tenant)
         if lease is None:
             return task, None
         _lifecycle(

@@ -437,13 +437,13 @@ class TestInline:
         self, rpc: Rpc, store: TaskApplication, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         saves: list[list[str]] = []
-        save_each = store.save_each  # the gateway's group commit of submissions (ADR 0036)
+        save_tasks = store.save_tasks
 
-        def counting(*tasks: Any) -> list[Exception | None]:
+        def counting(*tasks: Any) -> list[int]:
             saves.append([type(e).__name__ for t in tasks for e in t.pending_events])
-            return save_each(*tasks)
+            return save_tasks(*tasks)
 
-        monkeypatch.setattr(store, "save_each", counting)
+        monkeypatch.setattr(store, "save_tasks", counting)
 
         await _task(rpc, taskPushNotificationConfig={"url": HOOK, "id": "inline"})
 

@@ -492,34 +492,3 @@ def _race_once(store: TaskApplication, monkeypatch: pytest.MonkeyPatch, task_id:
 def _count(store: TaskApplication, task_id: UUID, event: str) -> int:
     """How many events of type ``event`` the task's log holds."""
     return sum(type(e).__name__ == event for e in store.history(task_id))
-
-
-class TestGroupedSubmissions:
-    """Submissions that arrive while one commits are appended together (ADR 0036)."""
-
-    @pytest.mark.postgres
-    async def test_concurrent_sends_share_commits_and_a_resend_among_them_is_found(
-        self, rpc: Rpc, store: TaskApplication, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        groups: list[int] = []
-        save_each = store.save_each
-
-        def counting(*tasks: Any) -> list[Exception | None]:
-            groups.append(len(tasks))
-            return save_each(*tasks)
-
-        monkeypatch.setattr(store, "save_each", counting)
-        resent = user_message()
-        first = await _send_new(rpc, message=resent)
-        messages = [user_message() for _ in range(15)] + [resent]
-        answers = await asyncio.gather(
-            *(rpc("SendMessage", {"message": m, "configuration": IMMEDIATE}) for m in messages)
-        )
-
-        tasks = [answer["result"]["task"] for answer in answers]
-        assert len({t["id"] for t in tasks}) == 16  # 15 new tasks, and the resend's first one
-        assert tasks[-1]["id"] == first["id"]
-        assert sum(groups) >= 17  # every submission went through a group (the resend's alone again)
-        assert len(groups) < 17  # in fewer commits than submissions
-        for task in tasks[:-1]:
-            assert store.get(UUID(task["id"])).version == 1
