@@ -21,10 +21,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import IntegrityError, StoredEvent, Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from eventsourcing.projection import Projection, ProjectionRunner
-from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
@@ -37,8 +36,6 @@ from store.retry import retry_lost_connection
 log = logging.getLogger(__name__)
 
 REBUILD_BATCH = 1000
-_BEGIN = SQL("BEGIN")
-_COMMIT = SQL("COMMIT")
 
 
 class Row(Protocol):
@@ -134,39 +131,15 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         retry_lost_connection(functools.partial(self._apply, event, tracking))
 
     def _apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        # Pipelined, BEGIN and COMMIT sent as statements: BEGIN, the position and the row's read
-        # go in one round trip, the row's upsert and COMMIT in a second (five before: one each).
-        with self.datastore.get_connection() as conn:
-            try:
-                with conn.pipeline(), conn.cursor() as track, conn.cursor() as read:
-                    track.execute(_BEGIN)
-                    track.execute(
-                        self.insert_tracking_statement,
-                        {
-                            "application_name": tracking.application_name,
-                            "notification_id": tracking.notification_id,
-                        },
-                        prepare=True,
-                    )
-                    read.execute(self._select_row, (event.originator_id,), prepare=True)
-                    if self.datastore.single_row_tracking and track.fetchone() is None:
-                        position = f"{tracking.application_name} {tracking.notification_id}"
-                        raise IntegrityError(f"Failed to record tracking for {position}")  # applied already
-                    found = read.fetchone()
-                    row = None
-                    if isinstance(
-                        event, Task.Event
-                    ):  # the log holds nothing else; anything else only moves on
-                        row = self.next_row(
-                            self.row_of(found) if found else None, event, tracking.notification_id
-                        )
-                    if row is not None:
-                        track.execute(self._upsert, self._values(row), prepare=True)
-                    track.execute(_COMMIT)
-            except BaseException:
-                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                    conn.rollback()  # nothing of this event is kept: neither its row nor its position
-                raise
+        with self.datastore.transaction(commit=True) as curs:
+            self._insert_tracking(curs, tracking)
+            curs.execute(self._select_row, (event.originator_id,), prepare=True)
+            found = curs.fetchone()
+            row = None
+            if isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
+                row = self.next_row(self.row_of(found) if found else None, event, tracking.notification_id)
+            if row is not None:
+                curs.execute(self._upsert, self._values(row), prepare=True)
 
     def rebuild(self, app: TaskApplication) -> Rebuilt:
         """Recompute every row from the log, in one transaction; returns what it rebuilt.

@@ -6,11 +6,9 @@ the tasks are moved through the domain as a worker and a client would (``tests.a
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -180,42 +178,6 @@ def test_an_event_is_applied_once_a_position_recorded_twice_is_refused(
     view.apply(granted, Tracking(postgres_store.name, 2))
     assert view.row(task_id) is not None
     assert view.rows()[0].state == "TASK_STATE_WORKING"
-
-
-def test_an_event_is_applied_in_two_round_trips(
-    postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock, tmp_path: Path
-) -> None:
-    """Pipelined (ADR 0036): BEGIN, the position and the row's read; then the upsert and COMMIT."""
-    task_id = submit(postgres_store, clock)
-    Advance(postgres_store, clock).start(task_id)
-    submitted, granted = list(postgres_store.history(task_id))[:2]
-    view.apply(submitted, Tracking(postgres_store.name, 1))  # its statements prepared on a connection
-    path = tmp_path / "trace"
-    original = view.datastore.get_connection
-
-    @contextlib.contextmanager
-    def traced() -> Iterator[Any]:
-        with path.open("w", encoding="utf-8") as trace, original() as conn:
-            conn.pgconn.trace(trace.fileno())
-            try:
-                yield conn
-            finally:
-                conn.pgconn.untrace()
-
-    view.datastore.get_connection = traced  # type: ignore[method-assign]
-    try:
-        view.apply(granted, Tracking(postgres_store.name, 2))
-    finally:
-        view.datastore.get_connection = original  # type: ignore[method-assign]
-    messages = [line.split("\t") for line in path.read_text(errors="replace").splitlines()]
-    directions = "".join(fields[1] for fields in messages if len(fields) >= 4)
-    # A round trip is the client sending, then reading what the server answered: F... then B...
-    assert directions.count("FB") == 2
-    sent = [fields[3] for fields in messages if len(fields) >= 4 and fields[1] == "F"]
-    assert len([m for m in sent if m.startswith("Execute")]) == 5  # BEGIN, position, read, upsert, COMMIT
-    row = view.row(task_id)
-    assert row is not None
-    assert (row.state, row.position) == ("TASK_STATE_WORKING", 2)
 
 
 def test_the_rebuilt_view_equals_the_live_one_row_for_row(
