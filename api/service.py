@@ -56,6 +56,7 @@ from store.errors import (
     PushUrlRefusedError,
 )
 from store.push_urls import check_push_url
+from store.retry import retry_lost_connection
 
 JSON = dict[str, Any]
 
@@ -290,8 +291,10 @@ class A2AService:
             state=None if request.status is None else str(request.status),
             status_after=request.status_timestamp_after,
         )
-        page = await asyncio.to_thread(self._view.page, query, size=size, after=after)
-        tasks = await asyncio.to_thread(self._store.get_many, [row.task_id for row in page.rows])
+        read_page = functools.partial(self._view.page, query, size=size, after=after)
+        page = await asyncio.to_thread(retry_lost_connection, read_page)
+        load = functools.partial(self._store.get_many, [row.task_id for row in page.rows])
+        tasks = await asyncio.to_thread(retry_lost_connection, load)
         wire = []
         for row in page.rows:
             task = tasks.get(row.task_id)

@@ -10,7 +10,8 @@ Modes, all JSON-RPC with the same bodies: ``blocking`` (``SendMessage``, waits f
 task), ``immediately`` (``SendMessage`` with ``returnImmediately``) and ``stream``
 (``SendStreamingMessage``: time to the first SSE event and to the terminal one). ``c`` clients run
 for ``--seconds`` each round, each on its own keep-alive connection of one ``httpx.AsyncClient``
-(the SDK's clients are httpx). Every round visits every (mode, c, server); the table gives the
+(the SDK's clients are httpx). Every round visits every (mode, c, server), every other round in
+the reverse server order (``--fixed-order``: always the same); the table gives the
 median over rounds of requests/s and the percentiles over all rounds' requests, and each longhaul
 figure's ratio to the SDK's. A server that answers ``SendStreamingMessage`` with no SSE stream
 (longhaul before its streams) is reported as such for that mode; any other failed request
@@ -28,7 +29,7 @@ kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) ov
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
         [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
-        [--alternate]                                 # every other round visits the servers in reverse
+        [--fixed-order]                               # the same server order every round (default: reversed every other round)
         [--client-per-caller]                         # an httpx.AsyncClient per caller, not one pool
 """
 
@@ -279,6 +280,14 @@ def servers(
         yield urls
 
 
+def round_order(urls: dict[str, str], number: int, *, fixed: bool = False) -> list[tuple[str, str]]:
+    """The servers in the order round ``number`` (from 0) visits them: interleaved, every round
+    visits each server, and every other round in the reverse order, so that no server always runs
+    right after the same one (whose background work may still be running on the same cores)."""
+    order = list(urls.items())
+    return order[::-1] if number % 2 and not fixed else order
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -416,7 +425,9 @@ def parse_args() -> argparse.Namespace:
         help="each caller its own httpx.AsyncClient (no shared pool's O(clients) work per request)",
     )
     parser.add_argument(
-        "--alternate", action="store_true", help="every other round visits the servers in reverse order"
+        "--fixed-order",
+        action="store_true",
+        help="visit the servers in the same order every round (by default every other round reverses it)",
     )
     args = parser.parse_args()
     if args.baseline_tree is not None:
@@ -438,12 +449,9 @@ def main() -> None:
         args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree, settings
     ) as urls:
         for number in range(args.rounds):
-            order = list(urls.items())
-            if args.alternate and number % 2:
-                order.reverse()
             for mode in args.modes:
                 for c in args.concurrency:
-                    for name, url in order:  # interleaved: every round visits each server
+                    for name, url in round_order(urls, number, fixed=args.fixed_order):
                         if (name, mode) in unsupported:
                             continue
                         try:
@@ -497,7 +505,7 @@ def main() -> None:
         "concurrency": args.concurrency,
         "worker_concurrency": args.worker_concurrency,
         "settings": {name: env for name, env in settings.items() if env},
-        "alternate": args.alternate,
+        "fixed_order": args.fixed_order,
         "client_per_caller": args.client_per_caller,
         "listen_overflows": None
         if overflows_before is None or overflows_after is None

@@ -202,9 +202,9 @@ async def _gateway_app(
             await feed.close()
 
 
-def _open_store(settings: Settings, *, pool_size: int = 5, pre_ping: bool = True) -> TaskApplication:
+def _open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
     try:
-        return wiring.build_store(settings, pool_size=pool_size, pre_ping=pre_ping)
+        return wiring.build_store(settings, pool_size=pool_size)
     except (wiring.ConfigurationError, SchemaTooNewError) as error:
         raise CommandError(str(error)) from error
     except (psycopg.OperationalError, StoreOperationalError) as error:
@@ -337,7 +337,7 @@ async def relay(settings: Settings) -> None:
         ", so a relay process has no events to publish (`longhaul up` runs without a relay then)",
     )
     names = _names(settings)
-    store = _open_store(settings, pre_ping=False)  # no round trip per pooled query (ADR 0021)
+    store = _open_store(settings)
     try:
         await _relay(store, names, wiring.stream_limits(settings)).run(stop)
     finally:
@@ -364,7 +364,7 @@ async def sequencer(settings: Settings) -> None:
         signer = wiring.audit_signer(settings)
     except wiring.ConfigurationError as error:
         raise CommandError(str(error)) from error
-    store = _open_store(settings, pre_ping=False)
+    store = _open_store(settings)
     try:
         await _sequencer(settings, store, names, signer).run(stop)
     finally:
@@ -398,7 +398,7 @@ async def dispatcher(settings: Settings) -> None:
         signer = wiring.webhook_signer(settings)
     except wiring.ConfigurationError as error:
         raise CommandError(str(error)) from error
-    store = _open_store(settings, pre_ping=False)  # no round trip per pooled query (ADR 0021)
+    store = _open_store(settings)
     try:
         await _dispatcher(settings, store, names, signer).run(stop)
     finally:

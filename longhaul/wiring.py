@@ -69,7 +69,7 @@ def system_clock(settings: Settings) -> Clock:
 
 
 def store_config(
-    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = False
 ) -> StoreConfig | MemoryConfig:
     """Where the event store lives: ``LONGHAUL_STORE`` chooses PostgreSQL or this process's memory."""
     if settings.store == "memory":
@@ -89,7 +89,7 @@ def store_config(
 
 
 def build_store(
-    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = True
+    settings: Settings, *, pool_size: int = 5, cache_size: int = 0, pre_ping: bool = False
 ) -> TaskApplication:
     """Open the event store (on PostgreSQL, creating or migrating its tables first)."""
     return TaskApplication(

@@ -13,6 +13,7 @@ schema migrations, not from the library's ``create_table``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from domain.task import Task
 from store.application import APP_NAME, TaskApplication
 from store.config import StoreConfig, postgres_env
 from store.postgres import PostgresRunQueueRecorder
+from store.retry import retry_lost_connection
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +125,12 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
 
         The position is written first: a position already recorded raises ``IntegrityError``
         before any row is touched, and a running ``rebuild`` (which locks the position table
-        first) is waited for rather than deadlocked with.
+        first) is waited for rather than deadlocked with. A lost connection rolls the
+        transaction back and it is tried again (``retry_lost_connection``).
         """
+        retry_lost_connection(functools.partial(self._apply, event, tracking))
+
+    def _apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
         with self.datastore.transaction(commit=True) as curs:
             self._insert_tracking(curs, tracking)
             curs.execute(self._select_row, (event.originator_id,), prepare=True)
@@ -202,6 +208,9 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
 
     def rows(self) -> list[R]:
         """Every row, by task id (for comparisons and tools)."""
+        return retry_lost_connection(self._rows)
+
+    def _rows(self) -> list[R]:
         with self.datastore.transaction(commit=False) as curs:
             curs.execute(
                 SQL("SELECT * FROM {}.{} ORDER BY task_id").format(
@@ -212,6 +221,9 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
 
     def row(self, task_id: UUID) -> R | None:
         """The row of one task."""
+        return retry_lost_connection(functools.partial(self._row, task_id))
+
+    def _row(self, task_id: UUID) -> R | None:
         with self.datastore.transaction(commit=False) as curs:
             curs.execute(self._select_row, (task_id,), prepare=True)
             found = curs.fetchone()

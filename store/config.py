@@ -27,11 +27,14 @@ class StoreConfig:
     max_overflow: int = 10
     lock_timeout_s: int = 5
     cache_size: int = 0
-    pre_ping: bool = True
+    pre_ping: bool = False
     """Check each pooled connection with a round trip before lending it (``POSTGRES_PRE_PING``).
 
-    Off for a process whose every step waits on the pool and that starts over by itself when a
-    connection turns out dead (the relay, the dispatcher: ADR 0021); on for the others."""
+    Off for every process (ADR 0036; the relay and the dispatcher since ADR 0021): the check
+    was one round trip per checkout, most of a request's. A connection whose backend died fails
+    at its first statement instead, and the statement is tried again on another connection: the
+    library's recorder methods retry it themselves, longhaul's own statements go through
+    ``store.retry.retry_lost_connection``, and the pool drops the broken connection."""
 
 
 @dataclass(frozen=True)

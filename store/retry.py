@@ -13,6 +13,12 @@ colliding drift apart instead of colliding again in step. The executor comes in 
 the same loop: ``run_with_retries`` for callers already in a thread (the gateway's and the
 sweeper's use cases save directly), ``run_with_retries_async`` for the worker, whose saves go
 through its group committer.
+
+The pools lend connections without a check query (``store.config``): a connection whose
+backend is gone (killed, or the server restarted) fails at its first statement. The library's
+recorder methods retry that themselves; longhaul's own statements that run outside them (the
+worker's run-queue reads, the views' reads and writes) go through ``retry_lost_connection``,
+which tries the whole call again on another connection (the pool drops a broken one).
 """
 
 from __future__ import annotations
@@ -23,10 +29,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
+
+from eventsourcing.persistence import InterfaceError, OperationalError
 
 from domain.clock import Clock
 from domain.task import Task
 from store.errors import ConflictError, RetriesExhaustedError
+
+T = TypeVar("T")
 
 Command = Callable[[Task, datetime], None]
 """A domain command applied to a task copy at a given time (``now`` is read for each attempt)."""
@@ -86,6 +97,40 @@ RESTART_POLICY = RetryPolicy(max_attempts=1, first_delay_s=0.5, max_delay_s=10.0
 """The pause of a long-running part (the relay) before it starts over after a failure, with
 ``delay(n)`` for its n-th failure: 0.25-0.5 s, doubling up to 5-10 s. It never gives up, so
 ``max_attempts`` is not consulted."""
+
+
+CONNECTION_RETRY = RetryPolicy(max_attempts=12, first_delay_s=0.002, max_delay_s=0.2)
+"""The policy of a statement whose connection failed: at most 12 attempts (more than a pool's
+connections, which a restarted server leaves all broken), pauses from 1-2 ms up to 100-200 ms."""
+
+LOST_CONNECTION = (InterfaceError, OperationalError)
+"""What a statement on a dead connection raises (the library's own classes, as its datastore
+translates psycopg's); its own recorder methods retry the same two."""
+
+
+def retry_lost_connection(
+    call: Callable[[], T],
+    *,
+    policy: RetryPolicy = CONNECTION_RETRY,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``, tried again after a lost connection (``LOST_CONNECTION``) as ``policy`` allows.
+
+    For a read, or a write that is one transaction: an attempt that failed rolled back, so trying
+    again is safe (a commit whose answer was lost is found again by its own key: a projection's
+    position, an event's version). The last error propagates when the policy gives up.
+    """
+    attempt = 0
+    started = time.monotonic()
+    while True:
+        attempt += 1
+        try:
+            return call()
+        except LOST_CONNECTION:
+            pause = policy.next_delay(attempt, time.monotonic() - started)
+            if pause is None:
+                raise
+        sleep(pause)
 
 
 def webhook_retry(total_s: float, first_delay_s: float = 1.0, max_delay_s: float = 3600.0) -> RetryPolicy:

@@ -14,6 +14,7 @@ import asyncio
 from domain.task import Task
 from store.application import TaskApplication
 from store.group_calls import GroupedCalls
+from workers.wakeup import Wakeup
 
 MAX_GROUP = 128
 
@@ -21,8 +22,12 @@ MAX_GROUP = 128
 class Committer:
     """Saves tasks for the runners of one worker, grouping those that wait at the same time."""
 
-    def __init__(self, store: TaskApplication, max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self, store: TaskApplication, max_group: int = MAX_GROUP, wakeup: Wakeup | None = None
+    ) -> None:
         self.store = store
+        self.wakeup = wakeup
+        """The worker's wake-up, told of each commit so that its NOTIFY wakes nobody (ADR 0036)."""
         self.max_group = max_group
         self._groups: GroupedCalls[Task, None] = GroupedCalls(self._save_group, max_group)
         self.transactions = 0
@@ -36,7 +41,18 @@ class Committer:
         await self._groups.call(task)
 
     async def _save_group(self, tasks: list[Task]) -> list[BaseException | None]:
-        outcomes = await asyncio.to_thread(self.store.save_each, *tasks)
+        appending = [bool(t.pending_events) for t in tasks]
+        expectation = self.wakeup.expect() if self.wakeup is not None and any(appending) else None
+        try:
+            outcomes = await asyncio.to_thread(self.store.save_each, *tasks)
+        except BaseException:
+            if expectation is not None:
+                expectation.settle(appended=False)
+            raise
+        if expectation is not None:  # one append at least NOTIFYs (a split group: more, waking it)
+            expectation.settle(
+                appended=any(a and o is None for a, o in zip(appending, outcomes, strict=True))
+            )
         self.transactions += 1
         self.saved += sum(1 for outcome in outcomes if outcome is None)
         return list(outcomes)

@@ -13,6 +13,7 @@ import functools
 import logging
 import random
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from domain.clock import Clock
@@ -22,12 +23,13 @@ from domain.states import TaskState
 from domain.task import Task, lease_end
 from store.application import TaskApplication
 from store.errors import ConflictError
+from store.retry import retry_lost_connection
 from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
 from workers.skill_versions import check_release
 from workers.task_runner import RunPolicy, TaskRunner
-from workers.wakeup import Wakeup
+from workers.wakeup import Expectation, Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,19 @@ class Worker:
         self.draining = asyncio.Event()
         self.runners: dict[UUID, TaskRunner] = {}
         self._slot_freed = asyncio.Event()
-        self.committer = Committer(store)
+        # The worker's own commits are announced to its wake-up: their NOTIFYs wake nobody.
+        self._wakeup = Wakeup(store.run_queue)
+        self.committer = Committer(store, wakeup=self._wakeup)
         # Claims race with other workers' claims; grouped apart from step commits, a lost claim
         # never splits a group of step commits.
-        self.claim_committer = Committer(store)
+        self.claim_committer = Committer(store, wakeup=self._wakeup)
         self._skills = [(s.name, s.version) for s in registry.all()]
-        self._wakeup = Wakeup(store.run_queue)
+        self._look = True
+        """Whether the run queue's head may hold a task to claim that the last read did not take:
+        set by a wake-up (another's append), the poll, and a read that left candidates behind."""
+        self._next_end: datetime | None = None
+        self._next_end_known = False
+        """``next_lease_end`` as last read; read again after a wake-up or the poll."""
         self._running = False
         self._reserved = 0
         """Slots reserved for tasks a gateway of this process is submitting (``reserve``)."""
@@ -102,17 +111,24 @@ class Worker:
 
     async def _claim_some(self) -> int:
         free = self.config.concurrency - len(self.runners) - self._reserved
-        if free <= 0:
+        if free <= 0 or not self._look:  # nothing appended by others since the last read took all
             return 0
+        self._look = False  # before the read: an append during it wakes the loop again
         now = self.clock()
-        candidates = await asyncio.to_thread(self.store.run_queue.claimable, now, free * 4, self._skills)
-        candidates = [c for c in candidates if c not in self.runners]
+        claimable = functools.partial(self.store.run_queue.claimable, now, free * 4, self._skills)
+        found = await asyncio.to_thread(retry_lost_connection, claimable)
+        candidates = [c for c in found if c not in self.runners]
+        if len(found) >= free * 4 or len(candidates) > free:
+            self._look = True  # more than this round takes: read again when a slot is free
         # Workers read the same queue head: pick at random among it so they rarely collide.
         chosen = random.sample(candidates, min(free, len(candidates)))
         if not chosen:  # woken by an append that left nothing to claim (a handed-off task's, say)
             return 0
-        loaded = await asyncio.to_thread(self.store.get_many, chosen)  # two queries for them all
+        load = functools.partial(self.store.get_many, chosen)  # two queries for them all
+        loaded = await asyncio.to_thread(retry_lost_connection, load)
         leases = await asyncio.gather(*(self._claim(task) for task in loaded.values()))
+        if len(loaded) < len(chosen) or None in leases:
+            self._look = True  # a claim lost (or a task gone): the head may hold others
         for lease in leases:
             if lease is not None:
                 if self.metrics is not None:
@@ -162,7 +178,7 @@ class Worker:
         if len(self.runners) + self._reserved >= self.config.concurrency:
             return None
         self._reserved += 1
-        return Reservation(self)
+        return Reservation(self, self._wakeup.expect())  # its commit's NOTIFY is this worker's own
 
     def _unreserve(self) -> None:
         self._reserved -= 1
@@ -209,21 +225,27 @@ class Worker:
         """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
         timeout = self.config.poll_seconds
         if len(self.runners) + self._reserved < self.config.concurrency:
-            next_end = await asyncio.to_thread(self.store.run_queue.next_lease_end, self._skills)
-            if next_end is not None:
-                until_expiry = (next_end - self.clock()).total_seconds() + 0.01
+            if not self._next_end_known:  # own commits leave no lease to take over: no read for them
+                next_lease_end = functools.partial(self.store.run_queue.next_lease_end, self._skills)
+                self._next_end = await asyncio.to_thread(retry_lost_connection, next_lease_end)
+                self._next_end_known = True
+            if self._next_end is not None:
+                until_expiry = (self._next_end - self.clock()).total_seconds() + 0.01
                 timeout = max(0.01, min(timeout, until_expiry))
         waiters = [
-            asyncio.ensure_future(self._wakeup.wait(timeout)),
+            asyncio.ensure_future(self._wakeup.event.wait()),
             asyncio.ensure_future(self._slot_freed.wait()),
             asyncio.ensure_future(stop.wait()),
         ]
         try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
             self._slot_freed.clear()
+        if self._wakeup.take() or not done:  # another's append, or the poll (or a lease end)
+            self._look = True
+            self._next_end_known = False
 
     # ------------------------------------------------------------------ watching and draining
 
@@ -280,8 +302,9 @@ class Worker:
 class Reservation:
     """A worker slot held for one submission (``Worker.reserve``): started or released, once."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, expectation: Expectation) -> None:
         self._worker = worker
+        self._expectation = expectation
         self._settled = False
         self._lease: LeasedTask | None = None
         self._run: asyncio.Future[None] | None = None
@@ -301,6 +324,7 @@ class Reservation:
         """Run ``task`` (the worker's own copy) in the reserved slot: its lease was committed."""
         if not self._settled:
             self._settled = True
+            self._expectation.settle(appended=True)
             self._run = self._worker._start_handed(task)
             runner = self._worker.runners.get(task.id)
             self._lease = runner.lease if runner is not None and self._run is not None else None
@@ -310,6 +334,7 @@ class Reservation:
         """Give the slot back: the submission granted no lease (a resend, or it failed)."""
         if not self._settled:
             self._settled = True
+            self._expectation.settle(appended=False)
             self._worker._unreserve()
             self._started.set()
 

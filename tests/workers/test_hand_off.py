@@ -27,7 +27,7 @@ from store.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.metrics import WorkerMetrics
 from workers.task_runner import RunPolicy
-from workers.worker import Worker, WorkerConfig
+from workers.worker import Reservation, Worker, WorkerConfig
 
 LEASE_S = 30.0
 """Far longer than any test here: a task that ends did so under its handed-over lease, not after it."""
@@ -47,6 +47,20 @@ async def _wait_for(check: Callable[[], bool], seconds: float = 10) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("timed out")
+
+
+async def _reserve(process: Worker) -> Reservation:
+    """A slot of ``process``, once it runs (every reservation is settled: started or released)."""
+    found: list[Reservation] = []
+
+    def reserved() -> bool:
+        slot = process.reserve("done", 1)
+        if slot is not None:
+            found.append(slot)
+        return slot is not None
+
+    await _wait_for(reserved)
+    return found[0]
 
 
 @pytest.fixture
@@ -93,8 +107,7 @@ async def worker(
     process = _worker(store, registry)
     stop = asyncio.Event()
     running = asyncio.ensure_future(process.run(stop))
-    await _wait_for(lambda: process.reserve("done", 1) is not None)  # running (that slot is returned below)
-    process._unreserve()
+    (await _reserve(process)).release()  # running
     yield process
     release.set()
     stop.set()
@@ -163,14 +176,14 @@ async def test_reserved_slots_are_taken_for_claims_until_released(
     stop = asyncio.Event()
     running = asyncio.ensure_future(process.run(stop))
     try:
-        await _wait_for(lambda: process.reserve("done", 1) is not None)
+        slot = await _reserve(process)
         assert process.reserve("done", 1) is None  # the one slot is reserved
         queued = new_task(_clock(), skill="done")
         store.save_tasks(queued)
         await asyncio.sleep(0.5)  # the append woke the worker: it has no slot to claim into
         assert store.get(queued.id).state == "TASK_STATE_SUBMITTED"
 
-        process._unreserve()  # what Reservation.release does
+        slot.release()
         await _wait_for(lambda: store.get(queued.id).is_terminal)
     finally:
         stop.set()
@@ -184,10 +197,10 @@ async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_sk
     assert process.reserve("done", 1) is None  # not started
     stop = asyncio.Event()
     running = asyncio.ensure_future(process.run(stop))
-    await _wait_for(lambda: process.reserve("done", 1) is not None)
+    slot = await _reserve(process)
     assert process.reserve("done", 2) is None  # a version this release does not run
     assert process.reserve("unknown", 1) is None
-    process._unreserve()
+    slot.release()
     stop.set()
     await running
     assert process.reserve("done", 1) is None  # stopped
