@@ -29,7 +29,7 @@ kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) ov
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
         [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
-        [--fixed-order]                               # the same server order every round (default: reversed every other round)
+        [--fixed-order]                               # one server order (default: reversed every other round)
         [--client-per-caller]                         # an httpx.AsyncClient per caller, not one pool
 """
 
