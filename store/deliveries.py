@@ -109,24 +109,6 @@ class _Finishing:
 
 
 @dataclass(frozen=True)
-class Attempted:
-    """A delivery attempted before it was recorded (the intake's first POST in an idle lane), and how."""
-
-    delivery: Delivery
-    """As it was attempted: not yet recorded (``id`` 0, no attempts before), ``created_at`` when it
-    was taken in."""
-    attempt: Attempt
-    state: DeliveryState
-    next_attempt_at: datetime | None
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-
-@dataclass(frozen=True)
 class Recorded:
     """What ``DeliveryRecorder.record`` did: how many deliveries were new, which it claimed."""
 
@@ -157,7 +139,6 @@ class DeliveryRecorder:
         self._statements: dict[str, bytes] = {}
         """The hot statements, composed once (``_composed``)."""
         self._finishing: GroupedCalls[_Finishing, Finished] = GroupedCalls(self._finish_group, MAX_GROUP)
-        self._attempted: GroupedCalls[Attempted, bool] = GroupedCalls(self._attempted_group, MAX_GROUP)
         self._pool = AsyncConnectionPool(
             database_url, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}
         )
@@ -237,60 +218,6 @@ class DeliveryRecorder:
             elif behind:
                 waiting.add((new.task_id, new.config_id))
         return Recorded(new=len(rows), claimed=sorted(claimed, key=lambda d: d.version), waiting=waiting)
-
-    async def record_attempted(self, attempted: Attempted) -> bool:
-        """Record a delivery together with its first attempt, already made, and the state it left.
-
-        For the deliveries the dispatcher POSTs before recording them (``workers.dispatcher``, ADR
-        0034): the row is inserted finished (or pending, due at ``next_attempt_at``, unclaimed)
-        with the attempt beside it, in one statement; calls that wait at the same time share one
-        transaction (a group commit). False if the delivery was recorded already (by another
-        intake, over a hand-over): that row is left as it is, and this attempt is not recorded.
-        """
-        return await self._attempted.call(attempted)
-
-    async def _attempted_group(self, group: list[Attempted]) -> list[bool]:
-        """Insert ``group``'s deliveries and their attempts in one statement (its own transaction)."""
-        rows = json.dumps(
-            [
-                [
-                    *_row(a.delivery),
-                    a.state,
-                    _iso(a.delivery.created_at),
-                    _iso(a.next_attempt_at or a.attempt.started_at),
-                    a.attempt.http_status,
-                    a.attempt.error,
-                    _iso(a.attempt.started_at) if a.state != "pending" else None,
-                    _iso(a.attempt.started_at),
-                    a.attempt.duration_ms,
-                    a.attempt.outcome,
-                    a.attempt.dispatcher,
-                ]
-                for a in group
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-        statement = (
-            "WITH x AS (SELECT r->>0 AS w, (r->>1)::uuid AS t, r->>2 AS tn, (r->>3)::bigint AS v,"
-            " r->>4 AS et, (r->>5)::timestamptz AS tm, r->>6 AS c, r->>7 AS u, r->>8 AS b, r->>9 AS state,"
-            " (r->>10)::timestamptz AS created, (r->>11)::timestamptz AS next, (r->>12)::int AS status,"
-            " r->>13 AS error, (r->>14)::timestamptz AS finished, (r->>15)::timestamptz AS started,"
-            " (r->>16)::float8 AS duration, r->>17 AS outcome, r->>18 AS me, n"
-            " FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(r, n)),"
-            " i AS (INSERT INTO {d} (webhook_id, task_id, tenant, version, event_type, event_time, config_id,"
-            "  url, body, state, attempts, created_at, next_attempt_at, last_status, last_error, finished_at)"
-            "  SELECT w, t, tn, v, et, tm, c, u, b, state, 1, created, next, status, error, finished"
-            "  FROM x ORDER BY n ON CONFLICT DO NOTHING RETURNING id, webhook_id),"
-            " a AS (INSERT INTO {a} (delivery_id, attempt, started_at, duration_ms, http_status, error,"
-            "  outcome, dispatcher) SELECT i.id, 1, x.started, x.duration, x.status, x.error, x.outcome, x.me"
-            "  FROM x JOIN i ON i.webhook_id = x.w)"
-            " SELECT webhook_id FROM i"
-        )
-        async with self._pool.connection() as conn, conn.cursor() as cursor:
-            await cursor.execute(self._composed(statement, conn), {"rows": rows})
-            inserted = {row[0] for row in await cursor.fetchall()}
-        return [a.delivery.webhook_id in inserted for a in group]
 
     def _composed(self, statement: str, conn: psycopg.AsyncConnection[Any]) -> bytes:
         """``statement`` with ``{d}`` and ``{a}`` as this schema's tables, composed on first use.
@@ -554,29 +481,26 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _row(d: NewDelivery) -> list[Any]:
-    """What to send and where, in the column order of ``record``'s ``x``."""
-    return [
-        d.webhook_id,
-        str(d.task_id),
-        d.tenant,
-        d.version,
-        d.event_type,
-        d.event_time.isoformat(),
-        d.config_id,
-        d.url,
-        d.body,
-    ]
-
-
 def _rows_json(deliveries: Sequence[NewDelivery]) -> str:
     """The deliveries as one JSON array of rows, in the column order of ``record``'s ``x``."""
-    return json.dumps([_row(d) for d in deliveries], ensure_ascii=False, separators=(",", ":"))
-
-
-def unrecorded(new: NewDelivery, now: datetime) -> Delivery:
-    """``new`` as a delivery taken in at ``now`` and not yet recorded nor attempted (``id`` 0)."""
-    return _recorded(new, 0, now)
+    return json.dumps(
+        [
+            [
+                d.webhook_id,
+                str(d.task_id),
+                d.tenant,
+                d.version,
+                d.event_type,
+                d.event_time.isoformat(),
+                d.config_id,
+                d.url,
+                d.body,
+            ]
+            for d in deliveries
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 def _recorded(new: NewDelivery, row_id: int, now: datetime) -> Delivery:

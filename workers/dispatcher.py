@@ -6,10 +6,7 @@ deployment's stream; it survives restarts of the dispatcher and of NATS). For ea
 task with push configs it records one delivery per config (``store.deliveries``), the event's
 ``StreamResponse`` (``projections.stream_response``) as the body, and only then acknowledges
 the message: an event is never lost between NATS and the record, and a redelivered message
-records nothing new. A delivery in a *fresh* lane (one this intake saw start, with nothing
-pending: ``_Known.fresh``) is POSTed first, as its message arrives, and recorded with its attempt
-right after, in the lane's order (a chain in memory, ``_chains``); its message is acknowledged
-once that record is committed (ADR 0034). The configs, with their secrets, come from the task in the log: the
+records nothing new. The configs, with their secrets, come from the task in the log: the
 intake loads the task at the event's version when it first sees the task or missed a version,
 reads a config change itself from the log, and otherwise uses what it knows.
 
@@ -40,7 +37,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -59,16 +56,7 @@ from projections.stream_response import stream_response
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
-from store.deliveries import (
-    Attempt,
-    Attempted,
-    Delivery,
-    DeliveryRecorder,
-    DeliveryState,
-    Finished,
-    NewDelivery,
-    unrecorded,
-)
+from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, Finished, NewDelivery
 from store.errors import PushUrlRefusedError, TaskNotFoundError
 from store.locks import advisory_key
 from store.postgres import PostgresRunQueueRecorder, select_events_at
@@ -102,16 +90,6 @@ RETRIED_4XX = frozenset({408, 429})
 CONTENT_TYPE = "application/a2a+json"
 DEFAULT_RETRY = webhook_retry(total_s=24 * 3600.0)
 """Retries for 24 hours (``LONGHAUL_WEBHOOK_RETRY_FOR``), pauses from 0.5-1 s up to 30-60 min."""
-HAND_OVER_MARGIN_S = 5.0
-"""How much sooner than a message's redelivery an unrecorded POST of it must have ended."""
-
-
-def _redelivered(message: Any) -> bool:
-    """Whether NATS sent ``message`` before (to this intake or another): it may be recorded already."""
-    try:
-        return bool(message.metadata.num_delivered > 1)
-    except (AttributeError, ValueError):  # not a JetStream message (no metadata): taken as new
-        return False
 
 
 def _lanes_of(deliveries: list[Delivery]) -> list[list[Delivery]]:
@@ -137,16 +115,6 @@ class DispatchConfig:
     allow_private: bool = False
 
     @property
-    def unrecorded_window_s(self) -> float:
-        """How long after its message arrived a delivery may still be POSTed before it is recorded.
-
-        Its POST then ends (the HTTP timeout) well before the message could be redelivered to
-        another intake (``ACK_WAIT_S``), which would see the lane idle: none of its POSTs overlap
-        ours (ADR 0034). Later than this, the delivery is recorded first, as any other.
-        """
-        return max(0.0, ACK_WAIT_S - self.timeout_s - HAND_OVER_MARGIN_S)
-
-    @property
     def claim_lease(self) -> timedelta:
         """How long a claim holds a lane: longer than any attempt (the HTTP timeout, and then some)."""
         return timedelta(seconds=self.timeout_s + max(5.0, self.timeout_s))
@@ -154,44 +122,12 @@ class DispatchConfig:
 
 @dataclass
 class _Known:
-    """What the intake knows of one task: as of ``version``, its context, tenant and configs.
-
-    ``fresh`` are the configs whose lanes this intake has seen from their start (the task's
-    ``Submitted`` and the config's first ``PushConfigSet`` taken in by this intake, neither
-    redelivered) and which have had nothing left pending: nothing of theirs is in the delivery
-    record that this intake does not know of, so their next delivery can go out before it is
-    recorded (ADR 0034). ``seen`` are the config ids the task has had since then.
-    """
+    """What the intake knows of one task: as of ``version``, its context, tenant and configs."""
 
     version: int
     context_id: str
     tenant: str
     configs: dict[str, dict[str, Any]]
-    fresh: set[str] = field(default_factory=set)
-    seen: set[str] | None = None
-    """``None``: the task was loaded, not followed from its start (no lane of it is fresh)."""
-
-    def change(self, stored: Any) -> None:
-        """Apply a config change as the log holds it (``PushConfigSet``, with its secrets, or removal)."""
-        if isinstance(stored, Task.PushConfigSet):
-            config_id = stored.config["id"]
-            self.configs[config_id] = dict(stored.config)
-            if self.seen is not None and config_id not in self.seen:
-                self.fresh.add(config_id)  # a lane that starts now, under this intake's eyes
-                self.seen.add(config_id)
-        elif isinstance(stored, Task.PushConfigRemoved):
-            self.configs.pop(stored.config_id, None)
-            self.fresh.discard(stored.config_id)
-
-
-@dataclass
-class _Step:
-    """A delivery of a lane's in-memory chain: POSTed before it is recorded (ADR 0034)."""
-
-    answered: asyncio.Future[bool]
-    """True once it was delivered (the lane's next may go out), False if it was not, or not sent."""
-    recorded: asyncio.Future[bool]
-    """Whether it was recorded (with its attempt, or pending without one): set once that is over."""
 
 
 def webhook_id(task_id: UUID, config_id: str, version: int) -> str:
@@ -258,17 +194,10 @@ class Dispatcher:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._lanes: dict[tuple[UUID, str], bool] = {}
         """Lanes an attempt of this dispatcher runs in, and whether more was recorded for them."""
-        self._chains: dict[tuple[UUID, str], _Step] = {}
-        """The lanes with deliveries POSTed or waiting in memory, unrecorded: each lane's last."""
-        self._acking: set[asyncio.Task[Any]] = set()
-        """The steps of those lanes, and the acknowledgements that wait for them to be recorded."""
-        self._posting = 0
         self._intake_key = advisory_key(f"dispatcher-intake:{store.config.schema}:{names.stream}")
         self._http: aiohttp.ClientSession | None = None
         self.recorded = 0
         self.attempted = 0
-        self.sent_first = 0
-        """Deliveries POSTed before they were recorded (ADR 0034)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take in events and deliver until ``stop`` is set; each loop starts over after a failure."""
@@ -317,9 +246,6 @@ class Dispatcher:
             if lock is None:
                 return
             self._log_reads = lock
-            for known in self._known.values():  # another intake may have led meanwhile
-                known.fresh.clear()
-                known.seen = None
             try:
                 await self._follow(stop, lock)
             finally:
@@ -352,165 +278,48 @@ class Dispatcher:
                     checked = time.monotonic()
                 await self.take(messages)
         finally:
-            if self._acking:  # the unrecorded POSTs: recorded and acknowledged before NATS closes
-                await asyncio.wait(set(self._acking), timeout=self.config.timeout_s + HAND_OVER_MARGIN_S)
             await client.close()
 
     async def take(self, messages: list[Any]) -> None:
-        """Record or send the deliveries of ``messages`` (JetStream messages), then acknowledge them.
-
-        A delivery in a fresh lane (``_Known.fresh``) or in a lane with unrecorded deliveries
-        goes into that lane's chain in memory (``_chain``): POSTed as soon as the one before it
-        was delivered, and recorded with its attempt right after; its message is acknowledged
-        once all its deliveries are recorded. Every other delivery is recorded first, in one
-        statement for the batch, and the message acknowledged after it.
-        """
-        arrived = time.monotonic()
+        """Record the deliveries of ``messages`` (JetStream messages), then acknowledge them."""
         events = []
         for message in messages:
             try:
-                events.append((message, json.loads(message.data)))
+                events.append(json.loads(message.data))
             except ValueError:
                 log.warning("dispatcher: a message on %s is not JSON; skipped", message.subject)
         # What the messages cannot carry (a config's secrets, an oversize body): one query for all.
         wanted = [
             (UUID(e["taskId"]), int(e["version"]))
-            for _, e in events
+            for e in events
             if e["type"] in CONFIG_EVENTS or e.get("body") is None
         ]
         self._from_log = await self._stored_events(wanted) if wanted else {}
         new: list[NewDelivery] = []
-        waits: list[tuple[Any, list[_Step]]] = []
-        for message, event in events:
-            redelivered = _redelivered(message)
-            steps = []
-            for delivery, fresh in await self._deliveries_for(event, redelivered=redelivered):
-                lane = (delivery.task_id, delivery.config_id)
-                if fresh or lane in self._chains:
-                    steps.append(self._chain(delivery, lane, send=fresh and not redelivered, arrived=arrived))
-                else:
-                    new.append(delivery)
-            if steps:
-                waits.append((message, steps))
+        for event in events:
+            new += await self._deliveries_for(event)
         if new:
-            await self._record(new)
-        waiting = {id(message) for message, _ in waits}
+            # Claim at most what this dispatcher can start now: other dispatchers take the rest.
+            free = self.config.concurrency - len(self._in_flight) - len(self._ready)
+            recorded = await self.recorder.record(
+                new,
+                self.clock(),
+                claimant=self.config.dispatcher_id,
+                lease=self.config.claim_lease,
+                claim_limit=max(0, free),
+            )
+            self.recorded += recorded.new
+            claimed_at = self.clock()
+            self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
+            await self._behind(recorded.waiting)
+            # Recorded: what was claimed goes out now, before the acknowledgements. Started here,
+            # not by waking the delivery loop: the acknowledgements do not yield to the event
+            # loop, so a woken loop ran only after all of them. One yield lets each new attempt
+            # send its POST first.
+            self._start(self._take_ready(self.config.concurrency - len(self._in_flight)))
+            await asyncio.sleep(0)
         for message in messages:
-            if id(message) not in waiting:
-                await message.ack()
-        for message, steps in waits:
-            self._track(asyncio.ensure_future(self._ack_once_recorded(message, steps)))
-
-    async def _record(self, new: list[NewDelivery]) -> None:
-        """Record ``new`` (in version order per lane), then start the lanes this claimed."""
-        # Claim at most what this dispatcher can start now: other dispatchers take the rest.
-        recorded = await self.recorder.record(
-            new,
-            self.clock(),
-            claimant=self.config.dispatcher_id,
-            lease=self.config.claim_lease,
-            claim_limit=max(0, self._free() - len(self._ready)),
-        )
-        self.recorded += recorded.new
-        claimed_at = self.clock()
-        self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
-        await self._behind(recorded.waiting)
-        # Recorded: what was claimed goes out now, before the acknowledgements. Started here,
-        # not by waking the delivery loop: the acknowledgements do not yield to the event
-        # loop, so a woken loop ran only after all of them. One yield lets each new attempt
-        # send its POST first.
-        self._start(self._take_ready(self._free()))
-        await asyncio.sleep(0)
-
-    def _free(self) -> int:
-        """How many more attempts this dispatcher can start now."""
-        return self.config.concurrency - len(self._in_flight) - self._posting
-
-    def _track(self, task: asyncio.Task[Any]) -> None:
-        self._acking.add(task)
-        task.add_done_callback(self._tracked_done)
-
-    def _tracked_done(self, task: asyncio.Task[Any]) -> None:
-        self._acking.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("dispatcher: an unrecorded delivery failed: %r", task.exception())
-
-    async def _ack_once_recorded(self, message: Any, steps: list[_Step]) -> None:
-        """Acknowledge ``message`` once its deliveries are recorded; unrecorded, NATS sends it again."""
-        if all(await asyncio.gather(*(step.recorded for step in steps))):
             await message.ack()
-
-    def _chain(self, new: NewDelivery, lane: tuple[UUID, str], *, send: bool, arrived: float) -> _Step:
-        """Put ``new`` at the end of its lane's chain in memory (ADR 0034); its step."""
-        loop = asyncio.get_running_loop()
-        step = _Step(loop.create_future(), loop.create_future())
-        before = self._chains.get(lane)
-        self._chains[lane] = step
-        self._track(
-            asyncio.ensure_future(self._run_step(new, lane, step, before, send=send, arrived=arrived))
-        )
-        return step
-
-    async def _run_step(
-        self,
-        new: NewDelivery,
-        lane: tuple[UUID, str],
-        step: _Step,
-        before: _Step | None,
-        *,
-        send: bool,
-        arrived: float,
-    ) -> None:
-        """POST ``new`` once the lane's delivery before it was delivered, then record it and its attempt.
-
-        It is recorded only after the one before it was, so the record holds a lane's deliveries
-        in version order. Not sent first (it is recorded, pending, as any other, and the lane is
-        no longer fresh) when the one before was not delivered, when it is redelivered, when this
-        dispatcher has no free slot or when its message came in too long ago.
-        """
-        recorded = False
-        try:
-            if before is not None:
-                send = await before.answered and send
-            send = send and time.monotonic() - arrived < self.config.unrecorded_window_s and self._free() > 0
-            if not send:
-                step.answered.set_result(False)
-                self._not_fresh(lane)
-                if before is not None and not await before.recorded:
-                    return  # left unrecorded, in order: NATS sends both again
-                await self._record([new])
-                recorded = True
-                return
-            delivery = unrecorded(new, self.clock())
-            self.sent_first += 1
-            self._posting += 1
-            try:
-                attempt, state, next_attempt_at = await self._attempt_one(delivery)
-            finally:
-                self._posting -= 1
-            step.answered.set_result(state == "delivered")
-            if state != "delivered":
-                self._not_fresh(lane)  # pending, given up or refused: the lane goes through the record
-            if before is not None and not await before.recorded:
-                return
-            if await self.recorder.record_attempted(Attempted(delivery, attempt, state, next_attempt_at)):
-                self.recorded += 1
-            else:
-                log.warning("webhook %s was recorded by another intake meanwhile", delivery.webhook_id)
-            recorded = True
-        finally:
-            if not step.answered.done():
-                step.answered.set_result(False)
-            if not recorded:
-                self._not_fresh(lane)
-            step.recorded.set_result(recorded)
-            if self._chains.get(lane) is step:
-                del self._chains[lane]
-
-    def _not_fresh(self, lane: tuple[UUID, str]) -> None:
-        known = self._known.get(lane[0])
-        if known is not None:
-            known.fresh.discard(lane[1])
 
     async def _behind(self, lanes: set[tuple[UUID, str]]) -> None:
         """New deliveries that wait behind a pending one: make sure their lane moves on to them.
@@ -532,12 +341,9 @@ class Dispatcher:
             claimed_at = self.clock()
             self._ready.extend((claimed_at, [d]) for d in heads)
 
-    async def _deliveries_for(
-        self, event: dict[str, Any], *, redelivered: bool = False
-    ) -> list[tuple[NewDelivery, bool]]:
-        """The event's deliveries, each with whether its lane is fresh (``_Known.fresh``)."""
+    async def _deliveries_for(self, event: dict[str, Any]) -> list[NewDelivery]:
         task_id, version, kind = UUID(event["taskId"]), int(event["version"]), str(event["type"])
-        known = await self._configs_at(task_id, version, kind, event, redelivered=redelivered)
+        known = await self._configs_at(task_id, version, kind, event)
         if known is None or not known.configs:
             return []
         if event.get("body") is None:  # a reference: NATS could not carry the body
@@ -555,44 +361,28 @@ class Dispatcher:
             delivery_id = webhook_id(task_id, config_id, version)
             self._remember_headers(delivery_id, auth_headers(config))
             new.append(
-                (
-                    NewDelivery(
-                        webhook_id=delivery_id,
-                        task_id=task_id,
-                        tenant=known.tenant,
-                        version=version,
-                        event_type=kind,
-                        event_time=event_time,
-                        config_id=config_id,
-                        url=str(config["url"]),
-                        body=body,
-                    ),
-                    config_id in known.fresh,
+                NewDelivery(
+                    webhook_id=delivery_id,
+                    task_id=task_id,
+                    tenant=known.tenant,
+                    version=version,
+                    event_type=kind,
+                    event_time=event_time,
+                    config_id=config_id,
+                    url=str(config["url"]),
+                    body=body,
                 )
             )
         return new
 
     async def _configs_at(
-        self, task_id: UUID, version: int, kind: str, event: dict[str, Any], *, redelivered: bool = False
+        self, task_id: UUID, version: int, kind: str, event: dict[str, Any]
     ) -> _Known | None:
-        """The task's push configs as of ``version``: from memory when nothing could have changed them.
-
-        A redelivered message may have been taken in by another intake before: none of the
-        task's lanes is fresh from then on.
-        """
+        """The task's push configs as of ``version``: from memory when nothing could have changed them."""
         known = self._known.get(task_id)
-        if redelivered and known is not None:
-            known.fresh.clear()
-            known.seen = None
         if kind == "Submitted" and event.get("body") is not None:
             body = event["body"]
-            known = _Known(
-                version,
-                str(body["context_id"]),
-                str(event["tenant"]),
-                {},
-                seen=None if redelivered else set(),
-            )
+            known = _Known(version, str(body["context_id"]), str(event["tenant"]), {})
         elif known is not None and kind in CONFIG_EVENTS and version == known.version + 1:
             # The change itself, read from the log (NATS carries the config without its secrets).
             try:
@@ -600,7 +390,10 @@ class Dispatcher:
             except TaskNotFoundError:
                 self._known.pop(task_id, None)
                 return None  # purged since (archived): nothing to deliver
-            known.change(stored)
+            if isinstance(stored, Task.PushConfigSet):
+                known.configs[stored.config["id"]] = dict(stored.config)
+            elif isinstance(stored, Task.PushConfigRemoved):
+                known.configs.pop(stored.config_id, None)
             known.version = version
         elif known is None or kind in CONFIG_EVENTS or version != known.version + 1:
             try:
@@ -667,7 +460,7 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self._wake.clear()
-                free = self._free()
+                free = self.config.concurrency - len(in_flight)
                 claimed = self._take_ready(free)
                 if free > len(claimed) and time.monotonic() - polled >= POLL_S:
                     polled = time.monotonic()

@@ -7,7 +7,6 @@ straight to the log.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,45 +103,6 @@ def test_a_dispatcher_sigkilled_mid_way_loses_nothing_and_keeps_order(
     first_body: dict[str, Any] = {}
     for request in answered:
         assert first_body.setdefault(request.headers["webhook-id"], request.json) == request.json
-
-
-def test_a_dispatcher_sigkilled_between_a_post_and_its_record_sends_it_again_with_the_same_id(
-    cluster: Cluster, store: TaskApplication, receiver: Receiver
-) -> None:
-    """ADR 0034: a fresh lane's delivery is POSTed before it is recorded, so a crash in between
-    loses no record (there is none yet) and no event: NATS sends the unacknowledged message again."""
-    secret = new_secret()
-    cluster.start(["relay"])
-    first = _dispatcher(cluster, webhook_secret=secret)
-    killed: list[str] = []
-    one_at_a_time = threading.Lock()
-
-    def kill_on_the_first_post(headers: dict[str, str]) -> None:
-        with one_at_a_time:  # no other POST of the moment is answered before the kill
-            if not killed:
-                first.kill()  # before the answer: the dispatcher never learns it was delivered
-                killed.append(headers["webhook-id"])
-
-    receiver.before_answer = kill_on_the_first_post
-    tasks = [finished_task(store, receiver.url(), artifacts=2) for _ in range(4)]  # 16 deliveries
-    wait_until(lambda: bool(killed), 30, "the first POST")
-    ids = [t.id for t in tasks]
-    assert not first.alive()
-    assert _states(store, ids) == [], "a delivery was recorded before its POST"
-    _dispatcher(cluster, webhook_secret=secret)
-    wait_until(lambda: _states(store, ids) == ["delivered"] * 16, 60, "every delivery, after the restart")
-    arrivals = _first_arrivals(receiver)
-    for task in tasks:
-        assert arrivals[str(task.id)] == _expected(store, task)
-    answered = receiver.answered()
-    again = [r for r in answered if r.headers["webhook-id"] == killed[0]]
-    assert len(again) == 2, "the delivery the crash cut short did not arrive again"
-    assert again[0].body == again[1].body
-    config = store.config
-    assert isinstance(config, StoreConfig)
-    with psycopg.connect(config.database_url, autocommit=True) as conn:
-        records = [entry for task_id in ids for entry in task_deliveries(conn, config.schema, task_id)]
-    assert all(len(attempts) == delivery.attempts >= 1 for delivery, attempts in records)
 
 
 def test_the_dispatcher_carries_on_after_nats_restarts(

@@ -4,8 +4,7 @@ The receiver is a small real HTTP server in the test process (the edge of the wo
 
 It records every request it answers (path, headers, body, status) and answers as told: a status
 per path, an optional delay per path, and it can be taken down (connections refused) and back up
-on the same port. ``before_answer`` (if set) runs on each request as it arrives, before it is
-answered (a crash test kills the sender there).
+on the same port.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,7 +46,6 @@ class Receiver:
         self.status = 200
         self.statuses: dict[str, int] = {}
         self.delays: dict[str, float] = {}
-        self.before_answer: Callable[[dict[str, str]], None] | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -61,8 +58,6 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 time.sleep(receiver.delays.get(self.path, 0.0))
-                if receiver.before_answer is not None:
-                    receiver.before_answer(dict(self.headers.items()))
                 status = receiver.statuses.get(self.path, receiver.status)
                 with receiver._lock:
                     receiver.received.append(
