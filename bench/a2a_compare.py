@@ -396,7 +396,8 @@ def against_c16(results: dict[str, dict[str, dict[str, Any]]]) -> None:
                 s["per_s_vs_c16"] = round(s["per_s_median"] / c16["per_s_median"], 2)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``argv``: these words instead of ``sys.argv``, for ``bench.targets``)."""
     parser = base_parser(__doc__ or "")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians over them)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
@@ -429,7 +430,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="visit the servers in the same order every round (by default every other round reverses it)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.baseline_tree is not None:
         args.servers = [*args.servers, "longhaul-base"]
     if args.quick:
@@ -437,8 +438,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the servers, run every round, print the table: the results (what the JSON holds)."""
     settings = {"longhaul": settings_of(args.longhaul_env), "longhaul-base": settings_of(args.baseline_env)}
     folder = Path(tempfile.mkdtemp(prefix="bench-a2a-compare-"))
     samples: dict[str, dict[str, list[Round]]] = {}
@@ -498,7 +499,7 @@ def main() -> None:
     ]
     print()
     print(table(headers, rows_of(results, args.servers)))
-    payload = {
+    return {
         "machine": info,
         "rounds": args.rounds,
         "seconds_per_round": args.seconds,
@@ -514,7 +515,11 @@ def main() -> None:
         "logs": str(folder),
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
-    write_results("a2a_compare", payload, args)
+
+
+def main() -> None:
+    args = parse_args()
+    write_results("a2a_compare", run(args), args)
 
 
 if __name__ == "__main__":

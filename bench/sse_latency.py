@@ -249,7 +249,8 @@ def record(directory: Path, pid: int, name: str, seconds: float) -> subprocess.P
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def arguments() -> argparse.Namespace:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``argv``: these words instead of ``sys.argv``, for ``bench.targets``)."""
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else "SSE latency")
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--rate", type=float, default=200.0, help="progress reports committed per second")
@@ -277,7 +278,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--py-spy", type=Path, help="record each phase's gateway with py-spy over the load (raw files here)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.seconds = min(args.seconds, 8.0)
     args.tree = [tree.resolve() for tree in (args.tree or [REPO_ROOT])]
@@ -485,8 +486,8 @@ def print_summary(phases: list[dict[str, Any]]) -> None:
     )
 
 
-def main() -> None:
-    args = arguments()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase of the plan, printed: the results (what the JSON holds)."""
     info = machine_info(args.database_url)
     token = uuid.uuid4().hex[:8]
     stream, prefix = f"BENCH_SSE_{token}", f"benchsse{token}"
@@ -517,23 +518,24 @@ def main() -> None:
             store.close()
     print_summary(phases)
     print(f"\nrelay CPU seconds over the whole run: {relay_cpu}; logs in {logs}")
-    write_results(
-        "sse_latency",
-        {
-            "machine": info,
-            "rate_per_s": args.rate,
-            "streams": args.streams,
-            "rounds": args.rounds,
-            "warmup_excluded_s": WARMUP_S,
-            "idle_before_memory_s": IDLE_S,
-            "relay_cpu_seconds": relay_cpu,
-            "phases": phases,
-            "targets_p99_ms": {"50 streams": TARGET_P99_MS, f"{MANY_STREAMS} streams": TARGET_P99_MANY_MS},
-            "loadavg_at_end": [round(x, 2) for x in psutil.getloadavg()],
-            "logs": str(logs),
-        },
-        args,
-    )
+    return {
+        "machine": info,
+        "rate_per_s": args.rate,
+        "streams": args.streams,
+        "rounds": args.rounds,
+        "warmup_excluded_s": WARMUP_S,
+        "idle_before_memory_s": IDLE_S,
+        "relay_cpu_seconds": relay_cpu,
+        "phases": phases,
+        "targets_p99_ms": {"50 streams": TARGET_P99_MS, f"{MANY_STREAMS} streams": TARGET_P99_MANY_MS},
+        "loadavg_at_end": [round(x, 2) for x in psutil.getloadavg()],
+        "logs": str(logs),
+    }
+
+
+def main() -> None:
+    args = arguments()
+    write_results("sse_latency", run(args), args)
 
 
 if __name__ == "__main__":

@@ -505,7 +505,8 @@ def print_instrumented(longhaul: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``argv``: these words instead of ``sys.argv``, for ``bench.targets``)."""
     parser = base_parser(__doc__ or "")
     parser.add_argument("--tasks", type=int, help="tasks to run (default 2,000; --quick 400)")
     parser.add_argument("--steps", type=int, default=5, help="no-op steps per task (1..20)")
@@ -531,13 +532,18 @@ def main() -> None:
         help="sample pg_stat_activity every 10 ms: lock waits, statements, idle-in-transaction",
     )
     parser.add_argument("--keep-logs", metavar="DIR", help="keep the worker logs in DIR")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.what_if and not args.instrument:
         parser.error("--what-if needs --instrument")
     if args.tasks is None:
         args.tasks = 400 if args.quick else 2_000
     if args.baseline_seconds is None:
         args.baseline_seconds = 2.0 if args.quick else 5.0
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The baseline before, the longhaul run, the baseline after, printed: the results (the JSON's)."""
     info = machine_info(args.database_url)
     print(
         f"{args.tasks:,} tasks x {args.steps} no-op steps, {args.workers} workers x concurrency "
@@ -553,7 +559,12 @@ def main() -> None:
         longhaul = run_longhaul(args, schema, workdir)
         after = run_baseline(args, schema, "after")
 
-    report(args, info, longhaul, before, after)
+    return report(args, info, longhaul, before, after)
+
+
+def main() -> None:
+    args = arguments()
+    write_results("step_throughput", run(args), args)
 
 
 def report(
@@ -562,7 +573,8 @@ def report(
     longhaul: dict[str, Any],
     before: list[dict[str, float]],
     after: list[dict[str, float]],
-) -> None:
+) -> dict[str, Any]:
+    """Print the run's tables; its results."""
     baseline = []
     for b0, b1 in zip(before, after, strict=True):
         baseline.append(
@@ -634,26 +646,22 @@ def report(
         f"goal >= half of the best plain-psycopg figure ({best['commits_per_s']:,} at "
         f"{best['clients']} clients): {'MET' if goal else 'MISSED'} (ratio {ratio_best:.2f})"
     )
-    write_results(
-        "step_throughput",
-        {
-            "benchmark": "step_throughput",
-            "machine": info,
-            "params": {k: v for k, v in vars(args).items() if k not in ("database_url",)},
-            "longhaul": longhaul,
-            "plain_psycopg": baseline,
-            "ratio_to_best_plain": round(ratio_best, 3),
-            "ratio_to_plain_by_clients": {
-                str(b["clients"]): round(steps_per_s / b["commits_per_s"], 3) for b in baseline
-            },
-            "dbos_steps_per_s_reference": DBOS_STEPS_PER_S,
-            "ratio_to_dbos": round(steps_per_s / DBOS_STEPS_PER_S, 2),
-            "target_steps_per_s": target,
-            "target_met": met,
-            "goal_half_plain_met": goal,
+    return {
+        "benchmark": "step_throughput",
+        "machine": info,
+        "params": {k: v for k, v in vars(args).items() if k not in ("database_url",)},
+        "longhaul": longhaul,
+        "plain_psycopg": baseline,
+        "ratio_to_best_plain": round(ratio_best, 3),
+        "ratio_to_plain_by_clients": {
+            str(b["clients"]): round(steps_per_s / b["commits_per_s"], 3) for b in baseline
         },
-        args,
-    )
+        "dbos_steps_per_s_reference": DBOS_STEPS_PER_S,
+        "ratio_to_dbos": round(steps_per_s / DBOS_STEPS_PER_S, 2),
+        "target_steps_per_s": target,
+        "target_met": met,
+        "goal_half_plain_met": goal,
+    }
 
 
 if __name__ == "__main__":

@@ -361,7 +361,8 @@ def _commit(tree: Path) -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def arguments() -> argparse.Namespace:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``argv``: these words instead of ``sys.argv``, for ``bench.targets``)."""
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else "webhook latency")
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--rate", type=float, default=200.0, help="tasks committed per second")
@@ -380,7 +381,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--dispatchers", type=int, default=1, help="longhaul dispatcher processes (they share the lanes)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.seconds = min(args.seconds, 8.0)
     return args
@@ -404,8 +405,8 @@ def print_hops(hops: dict[str, Any]) -> None:
     )
 
 
-def main() -> None:
-    args = arguments()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the services, commit the load, print the tables: the results (what the JSON holds)."""
     info = machine_info(args.database_url)
     arrivals = Arrivals()
     hooks: ThreadReceiver | ProcessReceiver = (
@@ -460,7 +461,12 @@ def main() -> None:
         if args.hops
         else {}
     )
-    report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs, attempts)
+    return report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs, attempts)
+
+
+def main() -> None:
+    args = arguments()
+    write_results("webhook_latency", run(args), args)
 
 
 def attempt_outcomes(database_url: str, schema: str) -> list[dict[str, Any]]:
@@ -487,8 +493,8 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     tree: Path,
     logs: Path,
     attempts: list[dict[str, Any]],
-) -> None:
-    """Print the run's tables and write its results."""
+) -> dict[str, Any]:
+    """Print the run's tables; its results."""
     rows = latencies(committed, times, watcher)
     core = rows[RAW]
     missing = sum(
@@ -515,31 +521,27 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
         ", ".join(f"{a['outcome']} {a['error']!r} {a['n']} (max {a['max_ms']} ms)" for a in attempts),
     )
     print(f"\ncommit -> webhook p99 {p99:.1f} ms (target < {TARGET_P99_MS:.0f} ms), {ratio:.0f}x raw NATS")
-    write_results(
-        "webhook_latency",
-        {
-            "machine": info,
-            "rate_per_s": args.rate,
-            "webhook_concurrency": args.concurrency or "default",
-            "receiver": args.receiver,
-            "load_seconds": round(load_s, 2),
-            "tasks": len(committed),
-            "warmup_excluded_s": WARMUP_S,
-            "webhooks_missing": missing,
-            "process_cpu_seconds": cpu,
-            "process_cpu_seconds_from_load_start": cpu_load,
-            "dispatcher_cpu_ms_per_delivery": round(per_delivery_ms, 3),
-            "latency": rows,
-            "tree": str(tree),
-            "commit": _commit(tree),
-            "hops": hops,
-            "target_p99_ms": TARGET_P99_MS,
-            "webhook_p99_over_raw_nats_p99": round(ratio, 1),
-            "logs": str(logs),
-            "attempts": attempts,
-        },
-        args,
-    )
+    return {
+        "machine": info,
+        "rate_per_s": args.rate,
+        "webhook_concurrency": args.concurrency or "default",
+        "receiver": args.receiver,
+        "load_seconds": round(load_s, 2),
+        "tasks": len(committed),
+        "warmup_excluded_s": WARMUP_S,
+        "webhooks_missing": missing,
+        "process_cpu_seconds": cpu,
+        "process_cpu_seconds_from_load_start": cpu_load,
+        "dispatcher_cpu_ms_per_delivery": round(per_delivery_ms, 3),
+        "latency": rows,
+        "tree": str(tree),
+        "commit": _commit(tree),
+        "hops": hops,
+        "target_p99_ms": TARGET_P99_MS,
+        "webhook_p99_over_raw_nats_p99": round(ratio, 1),
+        "logs": str(logs),
+        "attempts": attempts,
+    }
 
 
 if __name__ == "__main__":
