@@ -1,0 +1,260 @@
+"""Every target of issues 10 and 7 in one run: each figure beside its same-run baseline, and a verdict.
+
+One command from a clean clone (the machine's PostgreSQL and NATS are all it needs, as for the
+other benchmarks) runs the benchmarks the targets need, by calling their own ``run``:
+
+- ``a2a``: ``bench.a2a_compare``, longhaul, the a2a-sdk in-memory and PostgreSQL servers, all three
+  modes at c = 1, 16, 64 and 128 (``--client-per-caller``: at 128 callers one shared httpx pool is
+  the bottleneck, docs/benchmarks.md §13), rounds interleaved;
+- ``sse``: ``bench.sse_latency`` at 200 commits/s with 50 and with 1,000 open streams (raw NATS);
+- ``steps``: ``bench.step_throughput`` with 2 workers x 32 and 1 worker x 64 (plain psycopg);
+- ``webhook``: ``bench.webhook_latency`` at 200 tasks/s, the receiver in its own process (raw NATS).
+
+Then it prints the verdict table (``bench.verdicts``: one row per target, longhaul's figure, the
+baseline, the ratio, met or missed and why) and writes ``bench/results/targets.json``
+(``targets.quick.json``, ``targets.<tag>.json``): every part's results, the machine, the load
+average before and after each part, the git commit. ``--markdown FILE`` writes the table as
+markdown, for the top of docs/benchmarks.md.
+
+    uv run python -m bench.targets                 # about 20 minutes
+    uv run python -m bench.targets --quick         # a few minutes, every part, smaller sizes
+    uv run python -m bench.targets --parts sse,webhook --tag T --markdown /tmp/targets.md
+
+Run it inside the benchmark lock (``flock /tmp/bench.lock ...``) on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
+from bench.common import base_parser, machine_info, table, utc_now, write_results
+from bench.verdicts import TARGETS, TIMES, Verdict, decide_all
+
+PARTS = ("a2a", "sse", "steps", "webhook")
+STEP_RUNS = {
+    "two_workers": ["--workers", "2", "--concurrency", "32"],
+    "one_worker": ["--workers", "1", "--concurrency", "64"],
+}
+
+SIZES: dict[str, dict[str, list[str]]] = {
+    "full": {
+        "a2a": ["--concurrency", "1", "16", "64", "128", "--rounds", "3", "--seconds", "5"],
+        "sse": ["--streams", "50", "1000", "--seconds", "30"],
+        "steps": ["--tasks", "2000", "--baseline-seconds", "5"],
+        "webhook": ["--seconds", "30"],
+    },
+    "quick": {
+        "a2a": ["--concurrency", "1", "16", "128", "--rounds", "1", "--seconds", "2"],
+        "sse": ["--streams", "50", "1000", "--seconds", "8"],
+        "steps": ["--tasks", "400", "--baseline-seconds", "2"],
+        "webhook": ["--seconds", "8"],
+    },
+}
+"""Each part's size flags; the flags every run of a part has are in ``argv``."""
+
+
+def argv(part: str, args: argparse.Namespace) -> list[str]:
+    """The command line ``part``'s benchmark is run with (its JSON not written: this run's holds it)."""
+    words = [
+        "--database-url",
+        args.database_url,
+        "--no-json",
+        *SIZES["quick" if args.quick else "full"][part],
+    ]
+    if part == "a2a":
+        return [*words, "--client-per-caller"]
+    if part == "sse":
+        return [*words, "--nats-url", args.nats_url, "--rate", "200"]
+    if part == "webhook":
+        return [*words, "--nats-url", args.nats_url, "--rate", "200", "--receiver", "process"]
+    return words
+
+
+def run_a2a(args: argparse.Namespace) -> dict[str, Any]:
+    os.environ["LONGHAUL_NATS_URL"] = args.nats_url  # a2a_compare hands it to `longhaul up`
+    return a2a_compare.run(a2a_compare.parse_args(argv("a2a", args)))
+
+
+def run_sse(args: argparse.Namespace) -> dict[str, Any]:
+    return sse_latency.run(sse_latency.arguments(argv("sse", args)))
+
+
+def run_steps(args: argparse.Namespace) -> dict[str, Any]:
+    """Both step runs; one that fails is recorded as such and the other still runs."""
+    runs: dict[str, Any] = {}
+    for name, words in STEP_RUNS.items():
+        print(f"\n[targets] steps: {name.replace('_', ' ')}", flush=True)
+        try:
+            runs[name] = step_throughput.run(step_throughput.arguments([*argv("steps", args), *words]))
+        except Exception as error:  # noqa: BLE001 - recorded: the verdict says why
+            traceback.print_exc()
+            runs[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
+    return runs
+
+
+def run_webhook(args: argparse.Namespace) -> dict[str, Any]:
+    return webhook_latency.run(webhook_latency.arguments(argv("webhook", args)))
+
+
+RUNS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "a2a": run_a2a,
+    "sse": run_sse,
+    "steps": run_steps,
+    "webhook": run_webhook,
+}
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def elapsed(since: float) -> str:
+    seconds = int(time.monotonic() - since)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def run_parts(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each part named by ``--parts``, in order: its results (or its error), times and load."""
+    parts: dict[str, dict[str, Any]] = {}
+    began = time.monotonic()
+    for number, name in enumerate(args.parts, 1):
+        record: dict[str, Any] = {"argv": argv(name, args), "loadavg_before": loadavg()}
+        record["started_at"] = utc_now().isoformat(timespec="seconds")
+        print(
+            f"\n[targets {elapsed(began)}] part {number}/{len(args.parts)} {name}: started, "
+            f"load {record['loadavg_before']}",
+            flush=True,
+        )
+        t0 = time.monotonic()
+        try:
+            record["results"] = RUNS[name](args)
+        except Exception as error:  # noqa: BLE001 - recorded: the verdicts of this part say why
+            traceback.print_exc()
+            record["error"] = f"{type(error).__name__}: {error}"[:500]
+        record["seconds"] = round(time.monotonic() - t0, 1)
+        record["loadavg_after"] = loadavg()
+        print(
+            f"[targets {elapsed(began)}] part {name}: {'failed' if 'error' in record else 'done'} "
+            f"in {record['seconds']:.0f} s, load {record['loadavg_after']}",
+            flush=True,
+        )
+        parts[name] = record
+    return parts
+
+
+def ratio_text(verdict: Verdict) -> str:
+    return "" if verdict.ratio is None else f"{verdict.ratio:.2f}{TIMES}"
+
+
+def figure_text(verdict: Verdict) -> str:
+    return "" if verdict.measured is None else verdict.measured.figure_text
+
+
+def baseline_text(verdict: Verdict) -> str:
+    return "" if verdict.measured is None else verdict.measured.baseline_text
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(verdicts: list[Verdict], heading: str) -> str:
+    """The verdict table as markdown: the table at the top of docs/benchmarks.md."""
+    lines = [
+        heading,
+        "",
+        "| id | target (issue) | longhaul | same-run baseline | ratio | verdict |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for v in verdicts:
+        words = f"**{v.outcome}**{v.text().removeprefix(v.outcome)}"
+        lines.append(
+            f"| `{v.target.id}` | {cell(v.target.text)} ({v.target.issue}) | {cell(figure_text(v))} "
+            f"| {cell(baseline_text(v))} | {ratio_text(v)} | {cell(words)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def heading(args: argparse.Namespace, info: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
+    """Which run the table is of: command, commit, times, the load around each part."""
+    loads = "; ".join(
+        f"{name} {p['loadavg_before'][0]:g} → {p['loadavg_after'][0]:g}" for name, p in parts.items()
+    )
+    dirty = " with uncommitted changes" if info.get("git_tree_dirty") else ""
+    quick = " **A quick run: smaller sizes than the targets name; not a verdict.**" if args.quick else ""
+    command = "python -m bench.targets" + (" --quick" if args.quick else "")
+    if list(args.parts) != list(PARTS):
+        command += f" --parts {','.join(args.parts)}"
+    return (
+        f"`{command}` at `{info.get('git_commit', '?')}`{dirty}, {info.get('measured_at', '?')} "
+        f"to {utc_now().isoformat(timespec='seconds')}; load average (1 min) before → after each part: "
+        f"{loads}. Each ratio is to a baseline measured in the same run; a value within 30 % of its "
+        f"target is not decided by one run.{quick}"
+    )
+
+
+def arguments() -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "targets")
+    parser.add_argument("--nats-url", default=os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222"))
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma list of parts to run, of {','.join(PARTS)} (a target whose part did not run: not run)",
+    )
+    parser.add_argument("--markdown", type=Path, help="also write the verdict table as markdown here")
+    args = parser.parse_args()
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown parts {unknown}; the parts are {','.join(PARTS)}")
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    info = machine_info(args.database_url)
+    began = time.monotonic()
+    parts = run_parts(args)
+    verdicts = decide_all(parts)
+    print(f"\n[targets {elapsed(began)}] verdicts ({'quick sizes' if args.quick else 'full sizes'}):")
+    print(
+        table(
+            ["id", "issue", "longhaul", "same-run baseline", "ratio", "verdict"],
+            [
+                [v.target.id, v.target.issue, figure_text(v), baseline_text(v), ratio_text(v), v.text()]
+                for v in verdicts
+            ],
+        )
+    )
+    title = heading(args, info, parts)
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(verdicts, title))
+        print(f"\nmarkdown table written to {args.markdown}")
+    write_results(
+        "targets",
+        {
+            "machine": info,
+            "quick": args.quick,
+            "parts_run": args.parts,
+            "targets": [
+                {"id": t.id, "issue": t.issue, "text": t.text, "rule": t.rule.describe()} for t in TARGETS
+            ],
+            "verdicts": [v.as_dict() for v in verdicts],
+            "heading": title,
+            "parts": parts,
+            "seconds": round(time.monotonic() - began, 1),
+            "loadavg_at_end": loadavg(),
+        },
+        args,
+    )
+
+
+if __name__ == "__main__":
+    main()
