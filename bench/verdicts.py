@@ -389,7 +389,7 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "blocking-c1",
         10,
-        "blocking c=1 ≥ 2x a2a-sdk PostgreSQL store req/s",
+        f"blocking c=1 ≥ 2{TIMES} a2a-sdk PostgreSQL store req/s",
         "a2a",
         Rule("ratio", ">=", 2.0),
         per_s_against("blocking", 1, "sdk-postgres"),
@@ -405,7 +405,7 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "blocking-c16",
         10,
-        "blocking c=16 ≥ 2x a2a-sdk PostgreSQL store req/s",
+        f"blocking c=16 ≥ 2{TIMES} a2a-sdk PostgreSQL store req/s",
         "a2a",
         Rule("ratio", ">=", 2.0),
         per_s_against("blocking", 16, "sdk-postgres"),
