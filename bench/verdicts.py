@@ -337,7 +337,7 @@ def steps(run: str) -> Callable[[Mapping[str, Any]], Measured]:
         plain = next((b for b in one["plain_psycopg"] if b["clients"] == PLAIN_CLIENTS), None)
         longhaul = one["longhaul"]
         figure = longhaul["steps_per_s_first_to_last"]
-        runners = f"{longhaul['workers']} x {longhaul['concurrency_per_worker']}"
+        runners = f"{longhaul['workers']} {TIMES} {longhaul['concurrency_per_worker']}"
         return Measured(
             figure=figure,
             baseline=None if plain is None else plain["commits_per_s"],
