@@ -9,6 +9,7 @@ that failed or did not run. The last tests keep the target table at the top of
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
 from bench.sse_latency import HEADLINE as SSE_HEADLINE
 from bench.sse_latency import RAW
-from bench.targets import PARTS, markdown
+from bench.targets import PARTS, STEP_RUNS, argv, markdown
 from bench.verdicts import TARGETS, UNDECIDED, Target, Verdict, decide, decide_all
 from bench.webhook_latency import HEADLINE as WEBHOOK_HEADLINE
 
@@ -362,3 +364,23 @@ def test_the_markdown_table_bench_targets_writes_can_be_pasted_into_the_doc() ->
     assert table_ids(text) == [t.id for t in TARGETS]
     header = next(line for line in targets_table().splitlines() if line.startswith("| id |"))
     assert header in text.splitlines()
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_part_s_command_line_is_one_its_benchmark_accepts(quick: bool) -> None:
+    args = argparse.Namespace(quick=quick, database_url="postgresql://nowhere/x", nats_url="nats://nowhere:1")
+    a2a_args = a2a_compare.parse_args(argv("a2a", args))
+    assert a2a_args.servers == ["longhaul", SDK_MEMORY, SDK_POSTGRES]
+    assert a2a_args.modes == ["blocking", "immediately", "stream"]
+    assert {1, 16, 128} <= set(a2a_args.concurrency)
+    assert (64 in a2a_args.concurrency) is not quick
+    assert a2a_args.client_per_caller
+    assert a2a_args.no_json
+    sse_args = sse_latency.arguments(argv("sse", args))
+    assert (sse_args.streams, sse_args.rate, sse_args.nats_url) == ([50, 1000], 200.0, "nats://nowhere:1")
+    for words in STEP_RUNS.values():
+        steps_args = step_throughput.arguments([*argv("steps", args), *words])
+        assert steps_args.baseline_clients == [1, 4, 16]
+        assert steps_args.no_json
+    hooks = webhook_latency.arguments(argv("webhook", args))
+    assert (hooks.rate, hooks.receiver, hooks.database_url) == (200.0, "process", "postgresql://nowhere/x")
