@@ -16,7 +16,7 @@ baseline, the ratio, met or missed and why) and writes ``bench/results/targets.j
 average before and after each part, the git commit. ``--markdown FILE`` writes the table as
 markdown, for the top of docs/benchmarks.md.
 
-    uv run python -m bench.targets                 # about 20 minutes
+    uv run python -m bench.targets                 # about 20 minutes by its sizes
     uv run python -m bench.targets --quick         # a few minutes, every part, smaller sizes
     uv run python -m bench.targets --parts sse,webhook --tag T --markdown /tmp/targets.md
 

@@ -279,8 +279,12 @@ def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Mapping[s
 
         ours, ours_text = count("longhaul")
         theirs, theirs_text = count("sdk-memory")
-        problems = (when_none,) if when_none and ours == 0 else ()
-        return Measured(ours, theirs, ours_text, f"in-memory {theirs_text}" if theirs_text else "", problems)
+        problems = [when_none] if when_none and ours == 0 else []
+        overflows = results.get("listen_overflows")
+        if key == "errors" and overflows:  # the kernel's counter is the whole machine's
+            problems.append(f"{overflows} listen overflows on the machine over the run")
+        baseline_text = f"in-memory {theirs_text}" if theirs_text else ""
+        return Measured(ours, theirs, ours_text, baseline_text, tuple(problems))
 
     return measure
 

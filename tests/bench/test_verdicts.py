@@ -186,6 +186,10 @@ def test_connections_dropped_at_128_clients_are_counted_over_every_mode() -> Non
     assert verdict.measured.figure_text == "3 errors (blocking 1, returnImmediately 2)"
     clean = {key: value | {"errors": 0} for key, value in rows.items()}
     assert decide(target("load-c128-no-drop"), parts(a2a=a2a(clean))).text() == "met"
+    overflowed = a2a(clean) | {"listen_overflows": 2}
+    assert decide(target("load-c128-no-drop"), parts(a2a=overflowed)).text() == (
+        "met: 2 listen overflows on the machine over the run"
+    )
 
 
 def test_the_overload_answer_is_met_by_a_refusal_and_missed_without_any() -> None:
