@@ -1,10 +1,18 @@
-"""A webhook receiver in a process of its own, on aiohttp: ``bench.webhook_latency --receiver process``.
+"""A webhook receiver in a process of its own: ``bench.webhook_latency --receiver process``.
 
 The threaded receiver runs in the benchmark process, beside the four committing threads and the
 NATS watcher, under one GIL: a POST can wait there for the interpreter. This one answers each
-POST from an event loop of its own and notes when the update arrived (the wall clock, as the
-benchmark's). It prints its port on the first line of stdout; ``GET /count`` says how many
-updates arrived, ``GET /arrivals`` lists them (``[task id, state, epoch seconds]``).
+POST from an event loop of its own (uvloop's where installed) with a bare HTTP/1.1 protocol:
+the request's headers split once, its body read to ``Content-Length``, the time noted, the 200
+written, and only then the update parsed and kept. A POST's round trip from one keep-alive
+``http.client`` connection took 0.16-0.17 ms with the aiohttp server used here before session 17
+and 0.075-0.083 ms with this one (2026-12-02, load 4.7; docs/benchmarks.md §8, session 17): a
+receiver's own time is in every lane's next POST (each waits for the 2xx before it), and this
+is the edge of the world, ours to make fast.
+
+It prints its port on the first line of stdout; ``GET /count`` says how many updates arrived,
+``GET /arrivals`` lists them (``[task id, state, epoch seconds]``), each the first arrival of
+its task and state.
 
     uv run python -m bench.webhook_receiver
 """
@@ -15,47 +23,93 @@ import asyncio
 import json
 import signal
 import time
+from typing import Any
 
-from aiohttp import web
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
-def application() -> web.Application:
-    """The receiver's routes, its arrivals kept in the application."""
-    arrivals: dict[tuple[str, str], float] = {}
+class Arrivals:
+    """The first arrival time of each (task id, state) of a ``statusUpdate``."""
 
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        at = time.time()
+    def __init__(self) -> None:
+        self.times: dict[tuple[str, str], float] = {}
+
+    def add(self, body: bytes, at: float) -> None:
         update = json.loads(body).get("statusUpdate")
         if update is not None:
-            arrivals.setdefault((update["taskId"], update["status"]["state"]), at)
-        return web.Response(status=200)
+            self.times.setdefault((update["taskId"], update["status"]["state"]), at)
 
-    async def count(_: web.Request) -> web.Response:
-        return web.json_response(len(arrivals))
+    def answer(self, target: bytes) -> bytes:
+        """The response to ``GET target``."""
+        if target == b"/count":
+            payload = json.dumps(len(self.times)).encode()
+        elif target == b"/arrivals":
+            payload = json.dumps([[task, state, at] for (task, state), at in self.times.items()]).encode()
+        else:
+            return NOT_FOUND
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        return head.encode() + payload
 
-    async def listed(_: web.Request) -> web.Response:
-        return web.json_response([[task, state, at] for (task, state), at in arrivals.items()])
 
-    app = web.Application()
-    app.add_routes([web.post("/hook", hook), web.get("/count", count), web.get("/arrivals", listed)])
-    return app
+class Receiver(asyncio.Protocol):
+    """One keep-alive connection: requests in order, each answered as soon as its body is in."""
+
+    def __init__(self, arrivals: Arrivals) -> None:
+        self.arrivals = arrivals
+        self.buffer = b""
+        self.transport: Any = None
+        """The connection's transport (uvloop's is no ``asyncio.Transport`` subclass)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].split(b"\r\n")
+            length = 0
+            for line in head[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            start = end + 4
+            if len(self.buffer) < start + length:
+                return
+            body, self.buffer = self.buffer[start : start + length], self.buffer[start + length :]
+            method, target, *_ = head[0].split(b" ")
+            if method == b"POST":
+                at = time.time()
+                self.transport.write(OK)
+                self.arrivals.add(body, at)
+            else:
+                self.transport.write(self.arrivals.answer(target))
 
 
 async def serve() -> None:
     """Serve on a free loopback port until SIGTERM."""
-    runner = web.AppRunner(application(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    server = site._server  # aiohttp keeps the bound socket there only
-    assert isinstance(server, asyncio.Server)
+    arrivals = Arrivals()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Receiver(arrivals), "127.0.0.1", 0, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    server.close()
+
+
+def main() -> None:
+    try:
+        import uvloop  # where installed (not on Windows)
+    except ImportError:
+        asyncio.run(serve())
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve())
 
 
 if __name__ == "__main__":
-    asyncio.run(serve())
+    main()

@@ -8,7 +8,9 @@ task with push configs it records one delivery per config (``store.deliveries``)
 the message: an event is never lost between NATS and the record, and a redelivered message
 records nothing new. The configs, with their secrets, come from the task in the log: the
 intake loads the task at the event's version when it first sees the task or missed a version,
-reads a config change itself from the log, and otherwise uses what it knows.
+and otherwise uses what it knows; a config change it records from the message (its id and URL)
+while it reads the change's secrets from the log, and it starts nothing of the batch before both
+are done (ADR 0042).
 
 The *delivery* loop runs in every dispatcher. A lane is one task and config: its deliveries go
 out in version order, each after the one before it was delivered or given up. The intake claims
@@ -56,7 +58,15 @@ from projections.stream_response import stream_response
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
-from store.deliveries import Attempt, Delivery, DeliveryRecorder, DeliveryState, Finished, NewDelivery
+from store.deliveries import (
+    Attempt,
+    Delivery,
+    DeliveryRecorder,
+    DeliveryState,
+    Finished,
+    NewDelivery,
+    Recorded,
+)
 from store.errors import PushUrlRefusedError, TaskNotFoundError
 from store.locks import advisory_key
 from store.postgres import PostgresRunQueueRecorder, select_events_at
@@ -189,6 +199,11 @@ class Dispatcher:
         """Lanes claimed for this dispatcher outside the delivery loop (their claimed deliveries in
         version order), with when they were claimed."""
         self._from_log: dict[tuple[UUID, int], Any] = {}
+        self._incomplete: dict[tuple[UUID, int], dict[str, Any]] = {}
+        """The batch's configs set as NATS carried them (no secrets), by their ``PushConfigSet``."""
+        self._incomplete_ids: set[int] = set()
+        self._unsigned: list[tuple[str, dict[str, Any]]] = []
+        """The batch's deliveries built from those configs, whose headers wait for the secrets."""
         self._log_reads: psycopg.AsyncConnection[Any] | None = None
         """The intake's connection (autocommit, the one holding its lock): its reads of the log."""
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -288,27 +303,26 @@ class Dispatcher:
                 events.append(json.loads(message.data))
             except ValueError:
                 log.warning("dispatcher: a message on %s is not JSON; skipped", message.subject)
-        # What the messages cannot carry (a config's secrets, an oversize body): one query for all.
-        wanted = [
-            (UUID(e["taskId"]), int(e["version"]))
-            for e in events
-            if e["type"] in CONFIG_EVENTS or e.get("body") is None
-        ]
-        self._from_log = await self._stored_events(wanted) if wanted else {}
+        # What a record needs and the messages cannot carry (an oversize body): one query first.
+        bodiless = [(UUID(e["taskId"]), int(e["version"])) for e in events if e.get("body") is None]
+        self._from_log = await self._stored_events(bodiless) if bodiless else {}
+        self._incomplete, self._incomplete_ids, self._unsigned = {}, set(), []
         new: list[NewDelivery] = []
         for event in events:
             new += await self._deliveries_for(event)
-        if new:
-            # Claim at most what this dispatcher can start now: other dispatchers take the rest.
-            free = self.config.concurrency - len(self._in_flight) - len(self._ready)
-            recorded = await self.recorder.record(
-                new,
-                self.clock(),
-                claimant=self.config.dispatcher_id,
-                lease=self.config.claim_lease,
-                claim_limit=max(0, free),
-            )
-            self.recorded += recorded.new
+        # A config change's secrets are needed to POST, not to record: read from the log while the
+        # batch is recorded (ADR 0042), both done before anything of the batch goes out.
+        completing = (
+            asyncio.ensure_future(self._complete_configs(self._incomplete, self._unsigned))
+            if self._incomplete
+            else None
+        )
+        try:
+            recorded = await self._record(new) if new else None
+        finally:
+            if completing is not None:
+                await completing
+        if recorded is not None:
             claimed_at = self.clock()
             self._ready.extend((claimed_at, lane) for lane in _lanes_of(recorded.claimed))
             await self._behind(recorded.waiting)
@@ -320,6 +334,49 @@ class Dispatcher:
             await asyncio.sleep(0)
         for message in messages:
             await message.ack()
+
+    async def _record(self, new: list[NewDelivery]) -> Recorded:
+        # Claim at most what this dispatcher can start now: other dispatchers take the rest.
+        free = self.config.concurrency - len(self._in_flight) - len(self._ready)
+        recorded = await self.recorder.record(
+            new,
+            self.clock(),
+            claimant=self.config.dispatcher_id,
+            lease=self.config.claim_lease,
+            claim_limit=max(0, free),
+        )
+        self.recorded += recorded.new
+        return recorded
+
+    async def _complete_configs(
+        self, incomplete: dict[tuple[UUID, int], dict[str, Any]], unsigned: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """Complete the configs set in this batch with their secrets from the log, then their headers.
+
+        ``incomplete`` holds each config as NATS carried it (without ``token`` and credentials),
+        the very dict the task's ``_Known`` holds, keyed by its ``PushConfigSet``; ``unsigned``
+        the deliveries built from them. A task whose change is not in the log (purged since) or
+        whose read failed is forgotten (``_Known``), and its deliveries' headers are not
+        remembered: an attempt then reads the config from the log itself (``_headers_for``).
+        """
+        try:
+            stored = await self._stored_events(list(incomplete))
+        except BaseException:
+            for task_id, _ in incomplete:
+                self._known.pop(task_id, None)
+            raise
+        completed = set()
+        for (task_id, version), config in incomplete.items():
+            event = stored.get((task_id, version))
+            if isinstance(event, Task.PushConfigSet):
+                config.clear()
+                config.update(event.config)
+                completed.add(id(config))
+            else:
+                self._known.pop(task_id, None)
+        for delivery_id, config in unsigned:
+            if id(config) in completed:
+                self._remember_headers(delivery_id, auth_headers(config))
 
     async def _behind(self, lanes: set[tuple[UUID, str]]) -> None:
         """New deliveries that wait behind a pending one: make sure their lane moves on to them.
@@ -359,7 +416,10 @@ class Dispatcher:
         new = []
         for config_id, config in known.configs.items():
             delivery_id = webhook_id(task_id, config_id, version)
-            self._remember_headers(delivery_id, auth_headers(config))
+            if id(config) in self._incomplete_ids:
+                self._unsigned.append((delivery_id, config))  # its headers once its secrets are read
+            else:
+                self._remember_headers(delivery_id, auth_headers(config))
             new.append(
                 NewDelivery(
                     webhook_id=delivery_id,
@@ -384,17 +444,9 @@ class Dispatcher:
             body = event["body"]
             known = _Known(version, str(body["context_id"]), str(event["tenant"]), {})
         elif known is not None and kind in CONFIG_EVENTS and version == known.version + 1:
-            # The change itself, read from the log (NATS carries the config without its secrets).
-            try:
-                stored = await self._stored_event(task_id, version)
-            except TaskNotFoundError:
+            if not await self._change(known, task_id, version, kind, event):
                 self._known.pop(task_id, None)
                 return None  # purged since (archived): nothing to deliver
-            if isinstance(stored, Task.PushConfigSet):
-                known.configs[stored.config["id"]] = dict(stored.config)
-            elif isinstance(stored, Task.PushConfigRemoved):
-                known.configs.pop(stored.config_id, None)
-            known.version = version
         elif known is None or kind in CONFIG_EVENTS or version != known.version + 1:
             try:
                 task = await asyncio.to_thread(self.store.get, task_id, version)
@@ -414,6 +466,34 @@ class Dispatcher:
         while len(self._known) > KNOWN_TASKS:
             self._known.popitem(last=False)
         return known
+
+    async def _change(
+        self, known: _Known, task_id: UUID, version: int, kind: str, event: dict[str, Any]
+    ) -> bool:
+        """Apply the config change at ``version`` to ``known``; False if the log no longer has it."""
+        body = event.get("body")
+        if body is not None:
+            # From the message: what a record needs (the config's id and URL). NATS carries a
+            # config without its secrets; ``take`` completes it from the log meanwhile.
+            if kind == "PushConfigSet":
+                config = dict(body["config"])
+                known.configs[str(config["id"])] = config
+                self._incomplete[(task_id, version)] = config
+                self._incomplete_ids.add(id(config))
+            else:
+                known.configs.pop(str(body["config_id"]), None)
+        else:
+            # Read from the log (the message had no body to carry it).
+            try:
+                stored = await self._stored_event(task_id, version)
+            except TaskNotFoundError:
+                return False
+            if isinstance(stored, Task.PushConfigSet):
+                known.configs[stored.config["id"]] = dict(stored.config)
+            elif isinstance(stored, Task.PushConfigRemoved):
+                known.configs.pop(stored.config_id, None)
+        known.version = version
+        return True
 
     async def _stored_events(self, keys: list[tuple[UUID, int]]) -> dict[tuple[UUID, int], Any]:
         """The events at ``keys`` (task id, version), as the log holds them: one query, no replay.

@@ -3,8 +3,8 @@
 The receiver is a small real HTTP server in the test process (the edge of the world).
 
 It records every request it answers (path, headers, body, status) and answers as told: a status
-per path, an optional delay per path, and it can be taken down (connections refused) and back up
-on the same port.
+per path, an optional delay per path, an optional check of each POST before it answers, and it
+can be taken down (connections refused) and back up on the same port.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +47,8 @@ class Receiver:
         self.status = 200
         self.statuses: dict[str, int] = {}
         self.delays: dict[str, float] = {}
+        self.on_post: Callable[[dict[str, str]], None] | None = None
+        """Called with a POST's headers before it is answered (in the receiver's thread)."""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -58,6 +61,8 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 time.sleep(receiver.delays.get(self.path, 0.0))
+                if receiver.on_post is not None:
+                    receiver.on_post(dict(self.headers.items()))
                 status = receiver.statuses.get(self.path, receiver.status)
                 with receiver._lock:
                     receiver.received.append(

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from standardwebhooks.webhooks import Webhook
 
 from projections.stream_response import event_stream_response
@@ -238,3 +239,67 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_where_it_con
     (first, _), _ = _deliveries(store, task.id)
     assert "localhost resolves to" in (first.last_error or "")
     assert "not a public address" in (first.last_error or "")
+
+
+async def test_every_delivery_is_in_the_record_before_its_post_arrives(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    # The intake records a batch while it reads the batch's config secrets from the log (ADR
+    # 0042): nothing of the batch may go out before its record, whichever of the two ends first.
+    config = store.config
+    assert isinstance(config, StoreConfig)
+    seen: dict[str, bool] = {}
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        query = sql.SQL("SELECT 1 FROM {} WHERE webhook_id = %s").format(
+            sql.Identifier(config.schema, "longhaul_deliveries")
+        )
+
+        def recorded(headers: dict[str, str]) -> None:
+            seen[headers["webhook-id"]] = conn.execute(query, (headers["webhook-id"],)).fetchone() is not None
+
+        receiver.on_post = recorded
+        tasks = [finished_task(store, receiver.url(), artifacts=1) for _ in range(5)]
+        async with dispatching():
+            for _ in range(15):  # and in the live stream, in batches of whatever has arrived
+                tasks.append(finished_task(store, receiver.url(), artifacts=1))
+                await asyncio.sleep(0.01)
+            await eventually(lambda: len(receiver.answered()) >= 3 * 20, message="every delivery")
+    assert all(seen.values()), [w for w, found in seen.items() if not found]
+    assert len(seen) == 3 * 20
+    for task in tasks:
+        assert [d.state for d, _ in _deliveries(store, task.id)] == ["delivered"] * 3
+
+
+async def test_a_config_replaced_within_one_batch_signs_each_event_with_its_own_version(
+    store: TaskApplication, receiver: Receiver, dispatching: Run
+) -> None:
+    # One commit, so one batch: the intake records from the configs NATS carries (no secrets)
+    # and completes each from the log (ADR 0042); each event goes with the config of its version.
+    now = datetime.now(UTC)
+    task = new_task(now)
+
+    def config(n: int) -> dict[str, Any]:
+        return {
+            "id": "cfg-1",
+            "url": receiver.url(f"/hook-{n}"),
+            "token": f"tok-{n}",
+            "authentication": {"scheme": "Bearer", "credentials": f"s3cret-{n}"},
+        }
+
+    task.set_push_config(now=now, config=config(1))
+    epoch = task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+    task.set_push_config(now=now, config=config(2))
+    task.append_artifact(epoch=epoch, now=now, artifact={"artifactId": "a0", "parts": [{"text": "x"}]})
+    task.complete(epoch=epoch, now=now, message=None)
+    store.save_tasks(task)
+    async with dispatching():
+        await eventually(lambda: len(receiver.answered()) >= 3, message="3 deliveries")
+    received = receiver.answered()
+    assert [
+        (r.path, r.headers["X-A2A-Notification-Token"], r.headers["Authorization"]) for r in received
+    ] == [
+        ("/hook-1", "tok-1", "Bearer s3cret-1"),
+        ("/hook-2", "tok-2", "Bearer s3cret-2"),
+        ("/hook-2", "tok-2", "Bearer s3cret-2"),
+    ]
+    assert [next(iter(r.json)) for r in received] == ["statusUpdate", "artifactUpdate", "statusUpdate"]
