@@ -201,7 +201,6 @@ class Dispatcher:
         self._from_log: dict[tuple[UUID, int], Any] = {}
         self._incomplete: dict[tuple[UUID, int], dict[str, Any]] = {}
         """The batch's configs set as NATS carried them (no secrets), by their ``PushConfigSet``."""
-        self._incomplete_ids: set[int] = set()
         self._unsigned: list[tuple[str, dict[str, Any]]] = []
         """The batch's deliveries built from those configs, whose headers wait for the secrets."""
         self._log_reads: psycopg.AsyncConnection[Any] | None = None
@@ -306,7 +305,7 @@ class Dispatcher:
         # What a record needs and the messages cannot carry (an oversize body): one query first.
         bodiless = [(UUID(e["taskId"]), int(e["version"])) for e in events if e.get("body") is None]
         self._from_log = await self._stored_events(bodiless) if bodiless else {}
-        self._incomplete, self._incomplete_ids, self._unsigned = {}, set(), []
+        self._incomplete, self._unsigned = {}, []
         new: list[NewDelivery] = []
         for event in events:
             new += await self._deliveries_for(event)
@@ -416,7 +415,7 @@ class Dispatcher:
         new = []
         for config_id, config in known.configs.items():
             delivery_id = webhook_id(task_id, config_id, version)
-            if id(config) in self._incomplete_ids:
+            if any(config is waiting for waiting in self._incomplete.values()):
                 self._unsigned.append((delivery_id, config))  # its headers once its secrets are read
             else:
                 self._remember_headers(delivery_id, auth_headers(config))
@@ -479,7 +478,6 @@ class Dispatcher:
                 config = dict(body["config"])
                 known.configs[str(config["id"])] = config
                 self._incomplete[(task_id, version)] = config
-                self._incomplete_ids.add(id(config))
             else:
                 known.configs.pop(str(body["config_id"]), None)
         else:
