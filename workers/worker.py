@@ -85,6 +85,11 @@ class Worker:
         self._reserved = 0
         """Slots reserved for tasks a gateway of this process is submitting (``reserve``)."""
 
+    @property
+    def running(self) -> bool:
+        """Whether ``run`` passed its release check and claims tasks (until it stops)."""
+        return self._running
+
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run tasks until ``stop`` is set, then drain (see ``_drain``)."""
         await asyncio.to_thread(check_release, self.store, self.registry)
