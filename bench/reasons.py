@@ -94,8 +94,9 @@ def saturation(results: Mapping[str, Any], cpu: Cpu) -> list[str]:
     return [text]
 
 
-def one_gil_at_c1(row: Mapping[str, Any], cpu: Cpu, profile: str) -> str:
-    """At c=1: bound by the one core its GIL gives it, or not (then the figures do not split it)."""
+def one_gil_at_c1(row: Mapping[str, Any], cpu: Cpu, profile: str, *, saturated: bool) -> str:
+    """At c=1: bound by the one core its GIL gives it, or not: then waiting, for the cores too
+    when the machine was ``saturated``, and the figures do not split the rest."""
     rate, bound = row["per_s_median"], 1000 / cpu.ms
     if cpu.cores >= ONE_CORE:
         return (
@@ -104,10 +105,11 @@ def one_gil_at_c1(row: Mapping[str, Any], cpu: Cpu, profile: str) -> str:
             f"longhaul up near 1000/{cpu.ms:.1f} = {bound:.0f} req/s on one core; it reached "
             f"{rate:.0f} req/s with {cpu.cores:.2f} of a core busy"
         )
+    waiting = "for a core among the others' work (saturated, below) and for what" if saturated else "which"
     return (
         f"longhaul up was busy only {cpu.cores:.2f} of a core at {rate:.0f} req/s (one core would "
         f"bound it at 1000/{cpu.ms:.1f} = {bound:.0f} req/s): the rest of each request is waiting, "
-        f"which these figures do not split; see {profile}"
+        f"{waiting} these figures do not split; see {profile}"
     )
 
 
@@ -128,10 +130,14 @@ def c1_throughput(mode: str, server: str, factor: float) -> Explain:
         cpu = cpu_of(ours)
         if ours is None or cpu is None:
             return (not_measured(REQUEST_PROFILE),)
-        reasons = [uses(cpu, theirs, server, "request"), one_gil_at_c1(ours, cpu, REQUEST_PROFILE)]
+        saturated = saturation(results, cpu)
+        reasons = [
+            uses(cpu, theirs, server, "request"),
+            one_gil_at_c1(ours, cpu, REQUEST_PROFILE, saturated=bool(saturated)),
+        ]
         if theirs is not None:
             reasons.append(per_request_budget(factor * theirs["per_s_median"], cpu))
-        return (*reasons, *saturation(results, cpu))
+        return (*reasons, *saturated)
 
     return explain
 
@@ -231,8 +237,9 @@ def loaded(mode: str, c: int, server: str | None = None, factor: float = 1.0) ->
         if server is not None and theirs is not None:
             target = factor * theirs["per_s_median"]
             on = f" ({nproc} on the machine)" if nproc else ""
+            times = "" if factor == 1 else f"{factor:g}{TIMES} "
             reasons.append(
-                f"{factor:g}{TIMES} the {SDK[server]} server's {theirs['per_s_median']:.0f} req/s at "
+                f"{times}the {SDK[server]} server's {theirs['per_s_median']:.0f} req/s at "
                 f"{cpu.ms:.1f} ms per request needs {target * cpu.ms / 1000:.2f} cores of longhaul up "
                 f"alone{on}; it used {cpu.cores:.2f}"
             )

@@ -78,6 +78,13 @@ def test_a_c1_miss_with_the_process_not_busy_says_the_figures_do_not_split_it() 
         f"split; see {REQUEST_PROFILE}"
     )
     assert not any("GIL" in reason for reason in reasons)
+    rows[("immediately", 1, "longhaul")] |= {"machine_busy_cores": 1.9}  # others' work on the cores
+    reasons = decide(target("immediately-c1"), parts(a2a=a2a(rows, nproc=2))).reasons
+    assert reasons[1].endswith(
+        "the rest of each request is waiting, for a core among the others' work (saturated, "
+        f"below) and for what these figures do not split; see {REQUEST_PROFILE}"
+    )
+    assert reasons[3].startswith("the machine's 2 cores were saturated: 1.90 busy on average")
 
 
 def test_blocking_c1_s_budget_is_from_twice_the_postgresql_store() -> None:
@@ -199,6 +206,11 @@ def test_a_target_met_by_far_gets_no_reason_and_one_without_cpu_figures_says_so(
     run = parts(a2a=a2a(rows, nproc=2))
     met = decide(target("immediately-c16"), run)
     assert (met.outcome, met.close, met.why, met.reasons) == ("met", False, (), ())
+    rows[("immediately", 16, SDK_MEMORY)] |= {"per_s_median": 380.0}  # within 30 %: told why
+    assert decide(target("immediately-c16"), parts(a2a=a2a(rows, nproc=2))).reasons[1] == (
+        "the in-memory server's 380 req/s at 4.0 ms per request needs 1.52 cores of longhaul up "
+        "alone (2 on the machine); it used 1.60"
+    )
     assert decide(target("stream-first-c16"), run).reasons == (
         f"CPU per request not measured in this run: the reason is not in its figures; see {STREAM_PROFILE}",
     )
