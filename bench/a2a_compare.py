@@ -25,6 +25,15 @@ over completed requests (their last try), and ``to success`` is the time from a 
 try to its success, refusals and waits included. ``listen_overflows`` in the JSON is the
 kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) over the run.
 
+CPU over each round's timed window (``bench.process_cpu``, from ``/proc``), per completed request
+(or stream) of the window: ``cpu_ms_per_request``, the server's process and its children's;
+``postgres_cpu_ms_per_request``, every ``postgres`` process of the machine's (the whole machine's
+PostgreSQL, whoever uses it, not this server's alone); ``client_cpu_ms_per_request``, the load
+client's (this process). ``*_cores`` are the same seconds over the window's wall seconds, and
+``machine_busy_cores`` the machine's busy cores (everyone's), out of ``machine.nproc``. Work a
+round's requests leave for later (a task's worker, projector, relay) that outlasts the window is
+not counted; work left by the warm-up requests is.
+
     uv run python -m bench.a2a_compare [--quick] [--rounds 3 --seconds 5] [--concurrency 1 16 64 128]
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
@@ -65,6 +74,7 @@ from bench.common import (
     write_results,
 )
 from bench.keepalive import start_gateway
+from bench.process_cpu import read, spent
 from bench.processes import worker_env
 
 SERVERS = ("longhaul", "sdk-memory", "sdk-postgres")
@@ -111,6 +121,7 @@ class Round:
     error_samples: dict[str, str] = field(default_factory=dict)  # the first error of each type
     refused: int = 0  # 429 answers (each try; the request is sent again after Retry-After)
     per_s: float = 0.0  # completed requests per second
+    cpu: dict[str, float | None] = field(default_factory=dict)  # bench.process_cpu.spent, timed window
 
 
 def body(method: str, *, immediately: bool = False) -> dict[str, Any]:
@@ -181,9 +192,18 @@ async def one_call(http: httpx.AsyncClient, mode: str, sample: Round) -> None:
 
 
 async def run_round(
-    base_url: str, mode: str, clients: int, seconds: float, *, client_per_caller: bool = False
+    base_url: str,
+    mode: str,
+    clients: int,
+    seconds: float,
+    *,
+    client_per_caller: bool = False,
+    server_pid: int | None = None,
 ) -> Round:
     """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
+
+    With ``server_pid``, the CPU spent over the timed part (``Round.cpu``): that process's (and
+    its children's), the machine's PostgreSQL's, this client's and the machine's.
 
     Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
     scans every connection and every waiting request on each request: O(clients) per request), or,
@@ -232,9 +252,12 @@ async def run_round(
                     break
 
         await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
+        before = None if server_pid is None else read(server_pid)
         started = time.perf_counter()
         await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
         sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
+        if before is not None and server_pid is not None:
+            sample.cpu = spent(before, read(server_pid))
     return sample
 
 
@@ -246,15 +269,16 @@ def servers(
     worker_concurrency: int,
     baseline_tree: Path | None = None,
     settings: dict[str, dict[str, str]] | None = None,
-) -> Iterator[dict[str, str]]:
-    """Start the servers named; yields their base URLs; stops them and drops their schemas.
+) -> Iterator[dict[str, tuple[str, int]]]:
+    """Start the servers named; yields each one's base URL and process id; stops them and drops
+    their schemas.
 
     ``longhaul-base`` is ``longhaul up`` run from ``baseline_tree`` (another checkout), for an
     interleaved A/B of two longhaul versions in the same run. ``settings`` are extra
     ``LONGHAUL_*`` variables by server name (``longhaul``, ``longhaul-base``).
     """
     with ExitStack() as stack:
-        urls: dict[str, str] = {}
+        urls: dict[str, tuple[str, int]] = {}
         for name in names:
             port = free_port()
             env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
@@ -275,12 +299,15 @@ def servers(
                 if store == "postgres":
                     schema = stack.enter_context(fresh_schema(database_url, "sdk"))
                     module += ["--database-url", database_url, "--schema", schema]
-            stack.callback(stop, start_gateway(module, env, port, folder / f"{name}.log", tree=tree))
-            urls[name] = f"http://127.0.0.1:{port}"
+            process = start_gateway(module, env, port, folder / f"{name}.log", tree=tree)
+            stack.callback(stop, process)
+            urls[name] = (f"http://127.0.0.1:{port}", process.pid)
         yield urls
 
 
-def round_order(urls: dict[str, str], number: int, *, fixed: bool = False) -> list[tuple[str, str]]:
+def round_order(
+    urls: dict[str, tuple[str, int]], number: int, *, fixed: bool = False
+) -> list[tuple[str, tuple[str, int]]]:
     """The servers in the order round ``number`` (from 0) visits them: interleaved, every round
     visits each server, and every other round in the reverse order, so that no server always runs
     right after the same one (whose background work may still be running on the same cores)."""
@@ -320,7 +347,51 @@ def summarise(rounds: list[Round]) -> dict[str, Any]:
     }
     if first:
         summary |= {"first_p50_ms": ms(first, 0.5), "first_p99_ms": ms(first, 0.99)}
+    return summary | cpu_summary(rounds)
+
+
+CPU_KEYS = {
+    "server": ("cpu_ms_per_request", "server_cores"),
+    "postgres": ("postgres_cpu_ms_per_request", "postgres_cores"),
+    "client": ("client_cpu_ms_per_request", "client_cores"),
+}
+"""``Round.cpu``'s keys and the summary's keys for each: CPU ms per request, cores busy."""
+
+
+def cpu_summary(rounds: list[Round]) -> dict[str, Any]:
+    """CPU ms per completed request and cores busy over the rounds' timed windows (module doc).
+
+    Empty when no round measured CPU; a figure is None when a round could not read it (no
+    ``postgres`` process visible).
+    """
+    measured = [r for r in rounds if r.cpu]
+    answered = sum(len(r.seconds) for r in measured)
+    wall = sum(r.cpu["seconds"] or 0.0 for r in measured)
+    if not measured or not answered or not wall:
+        return {}
+    summary: dict[str, Any] = {"cpu_window_seconds": round(wall, 2)}
+    for key, (per_request, cores) in CPU_KEYS.items():
+        values = [r.cpu[key] for r in measured]
+        total = None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+        summary[per_request] = None if total is None else round(1000 * total / answered, 2)
+        summary[cores] = None if total is None else round(total / wall, 2)
+    summary["machine_busy_cores"] = round(sum(r.cpu["machine"] or 0.0 for r in measured) / wall, 2)
     return summary
+
+
+def cpu_text(s: dict[str, Any]) -> tuple[str, str]:
+    """The table's CPU cells: ms per request (server / PostgreSQL), cores (server / PG / client / all)."""
+    if "cpu_ms_per_request" not in s:
+        return "", ""
+
+    def figure(value: float | None) -> str:
+        return "?" if value is None else f"{value:.2f}"
+
+    per_request = f"{figure(s['cpu_ms_per_request'])} / {figure(s['postgres_cpu_ms_per_request'])}"
+    cores = " / ".join(
+        figure(s[k]) for k in ("server_cores", "postgres_cores", "client_cores", "machine_busy_cores")
+    )
+    return per_request, cores
 
 
 def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> list[list[Any]]:
@@ -331,7 +402,7 @@ def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> 
         for name in names:
             s = by_server.get(name)
             if s is None or "unsupported" in s:
-                rows.append([mode, c, name, "no SSE stream", "", "", "", "", "", "", "", ""])
+                rows.append([mode, c, name, "no SSE stream", *[""] * 10])
                 continue
             ratio = ""
             if name != "longhaul" and ours and "unsupported" not in ours:
@@ -357,6 +428,7 @@ def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> 
                     if "to_success_p50_ms" in s
                     else "",
                     f"{s['per_s_vs_c16']:.2f}" if "per_s_vs_c16" in s else "",
+                    *cpu_text(s),
                 ]
             )
     return rows
@@ -452,13 +524,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for number in range(args.rounds):
             for mode in args.modes:
                 for c in args.concurrency:
-                    for name, url in round_order(urls, number, fixed=args.fixed_order):
+                    for name, (url, pid) in round_order(urls, number, fixed=args.fixed_order):
                         if (name, mode) in unsupported:
                             continue
                         try:
                             sample = asyncio.run(
                                 run_round(
-                                    url, mode, c, args.seconds, client_per_caller=args.client_per_caller
+                                    url,
+                                    mode,
+                                    c,
+                                    args.seconds,
+                                    client_per_caller=args.client_per_caller,
+                                    server_pid=pid,
                                 )
                             )
                         except NoStreamError as error:
@@ -466,9 +543,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             unsupported.add((name, mode))
                             continue
                         samples.setdefault(f"{mode}@c={c}", {}).setdefault(name, []).append(sample)
+                        cpu_ms = cpu_summary([sample]).get("cpu_ms_per_request")
                         print(
                             f"round {number + 1} {mode:>11} c={c:<3} {name:<12} {sample.per_s:8.1f}/s"
-                            f"  refused {sample.refused:<5} errors {sample.errors}",
+                            f"  refused {sample.refused:<5} errors {sample.errors}"
+                            + ("" if cpu_ms is None else f"  CPU {cpu_ms:.2f} ms/req"),
                             flush=True,
                         )
     results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -496,6 +575,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "refused",
         "to success p50/p99 ms",
         "req/s ÷ its c=16",
+        "CPU ms/req: server / PostgreSQL",
+        "cores: server / PG / client / machine",
     ]
     print()
     print(table(headers, rows_of(results, args.servers)))
@@ -511,6 +592,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "listen_overflows": None
         if overflows_before is None or overflows_after is None
         else overflows_after - overflows_before,
+        "cpu": "per completed request over each round's timed window; postgres_*: every postgres "
+        "process of the machine (the whole machine's PostgreSQL); *_cores: CPU seconds over wall "
+        "seconds; machine_busy_cores: everyone's, of machine.nproc (bench.process_cpu)",
         "results": results,
         "logs": str(folder),
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],

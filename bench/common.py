@@ -31,10 +31,14 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
+QUICK_HELP = "small sizes: finishes in under a minute"
+
+
+def base_parser(description: str, *, quick_help: str = QUICK_HELP) -> argparse.ArgumentParser:
+    """The flags every benchmark takes; ``quick_help``: what ``--quick`` does, for one that differs."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
-    parser.add_argument("--quick", action="store_true", help="small sizes: finishes in under a minute")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--no-json", action="store_true", help="do not write bench/results/<name>.json")
     parser.add_argument("--tag", help="write bench/results/<name>.<tag>.json (a variant run) instead")
     return parser

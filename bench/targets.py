@@ -11,13 +11,16 @@ other benchmarks) runs the benchmarks the targets need, by calling their own ``r
 - ``webhook``: ``bench.webhook_latency`` at 200 tasks/s, the receiver in its own process (raw NATS).
 
 Then it prints the verdict table (``bench.verdicts``: one row per target, longhaul's figure, the
-baseline, the ratio, met or missed and why) and writes ``bench/results/targets.json``
+baseline, the ratio, met or missed and why: what went wrong in the measurement, and for a target
+missed or within 30 % the reason its figures tell, ``bench.reasons``) and writes
+``bench/results/targets.json``
 (``targets.quick.json``, ``targets.<tag>.json``): every part's results, the machine, the load
 average before and after each part, the git commit. ``--markdown FILE`` writes the table as
-markdown, for the top of docs/benchmarks.md.
+markdown, for the top of docs/benchmarks.md: the table (its verdict cells without the measured
+reasons) and under it "Why the misses", one entry per target missed or within 30 %.
 
     uv run python -m bench.targets                 # about 20 minutes by its sizes
-    uv run python -m bench.targets --quick         # a few minutes, every part, smaller sizes
+    uv run python -m bench.targets --quick         # a few minutes: every part at smaller sizes, not a verdict
     uv run python -m bench.targets --parts sse,webhook --tag T --markdown /tmp/targets.md
 
 Run it inside the benchmark lock (``flock /tmp/bench.lock ...``) on a shared machine.
@@ -35,7 +38,8 @@ from typing import Any
 
 from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
 from bench.common import base_parser, machine_info, table, utc_now, write_results
-from bench.verdicts import TARGETS, TIMES, Verdict, decide_all
+from bench.reasons import TIMES
+from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide_all
 
 PARTS = ("a2a", "sse", "steps", "webhook")
 STEP_RUNS = {
@@ -165,8 +169,11 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+QUICK_HELP = "a few minutes: every part at smaller sizes; its table is not a verdict"
+
+
 def markdown(verdicts: list[Verdict], heading: str) -> str:
-    """The verdict table as markdown: the table at the top of docs/benchmarks.md."""
+    """The verdict table as markdown, and under it "Why the misses": the top of docs/benchmarks.md."""
     lines = [
         heading,
         "",
@@ -174,12 +181,20 @@ def markdown(verdicts: list[Verdict], heading: str) -> str:
         "|---|---|---:|---:|---:|---|",
     ]
     for v in verdicts:
-        words = f"**{v.outcome}**{v.text().removeprefix(v.outcome)}"
+        words = f"**{v.outcome}**" + (f" {UNDECIDED}" if v.close else "")
+        words += f": {'; '.join(v.problems)}" if v.problems else ""
         lines.append(
             f"| `{v.target.id}` | {cell(v.target.text)} ({v.target.issue}) | {cell(figure_text(v))} "
             f"| {cell(baseline_text(v))} | {ratio_text(v)} | {cell(words)} |"
         )
+    told = [v for v in verdicts if v.reasons]
+    if told:
+        lines += ["", WHY_HEADING, ""]
+        lines += [f"- `{v.target.id}` ({v.outcome}): {'; '.join(v.reasons)}." for v in told]
     return "\n".join(lines) + "\n"
+
+
+WHY_HEADING = "**Why the misses** (and the targets within 30 %), from the run's own figures:"
 
 
 def heading(args: argparse.Namespace, info: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
@@ -201,7 +216,7 @@ def heading(args: argparse.Namespace, info: dict[str, Any], parts: dict[str, dic
 
 
 def arguments() -> argparse.Namespace:
-    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "targets")
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "targets", quick_help=QUICK_HELP)
     parser.add_argument("--nats-url", default=os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222"))
     parser.add_argument(
         "--parts",

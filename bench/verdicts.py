@@ -3,7 +3,10 @@
 ``TARGETS`` is the one list: every target has an id (the first column of the table at the top of
 ``docs/benchmarks.md``; ``tests/bench/test_verdicts.py`` keeps the two equal), the issue it is
 from, its text, the part of ``bench.targets`` that measures it, the rule its verdict follows and
-a function that reads longhaul's figure and the same run's baseline out of that part's results.
+a function that reads longhaul's figure and the same run's baseline out of that part's results,
+and, for most, one that tells from the same results why it was missed or came within 30 % of
+its threshold (``bench.reasons``: CPU per request, the cores busy, 429s; or that the figures do
+not tell, and where the profile is).
 
 The results are the dicts the benchmarks return (``bench.a2a_compare.run`` and the others), by
 part: ``{"a2a": {"results": ...}, "steps": {"results": {"two_workers": ..., ...}}, ...}``; a part
@@ -18,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bench import reasons
+from bench.reasons import SDK, TIMES, Explain, a2a_row
 from bench.sse_latency import HEADLINE as SSE_HEADLINE
 from bench.sse_latency import RAW as SSE_RAW
 from bench.webhook_latency import HEADLINE as WEBHOOK_HEADLINE
@@ -26,7 +31,6 @@ from bench.webhook_latency import RAW as WEBHOOK_RAW
 CLOSE = 0.3
 """A value within 30 % of its threshold is not decided by one run on this machine (docs/benchmarks.md)."""
 UNDECIDED = "(within 30 %: not decided by one run)"
-TIMES = "\N{MULTIPLICATION SIGN}"
 
 Op = Literal[">=", "<", "<="]
 Outcome = Literal["met", "missed", "not run"]
@@ -70,7 +74,7 @@ class Measured:
     """longhaul's figure and the same run's baseline, as numbers and as the table shows them.
 
     ``problems``: what the results tell went wrong in the measurement (errors, a rate not reached,
-    frames missing); they are the verdict's reasons.
+    frames missing); they come first in the verdict's ``why``.
     """
 
     figure: float | None
@@ -88,6 +92,8 @@ class Target:
     part: str
     rule: Rule
     measure: Callable[[Mapping[str, Any]], Measured] = field(repr=False, compare=False)
+    explain: Explain | None = field(default=None, repr=False, compare=False)
+    """Why, from the part's results, when the verdict is missed or within 30 % (``bench.reasons``)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,13 @@ class Verdict:
     ratio: float | None = None
     close: bool = False
     why: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    """The measured reasons (``Target.explain``), the last items of ``why``; before them, the problems."""
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """``why`` without the measured reasons: what went wrong in the measurement."""
+        return self.why[: len(self.why) - len(self.reasons)]
 
     def text(self) -> str:
         """``met``, ``missed (within 30 %: not decided by one run): 3 errors``, ``not run``, ..."""
@@ -120,6 +133,7 @@ class Verdict:
             "outcome": self.outcome,
             "within_30_percent": self.close,
             "why": list(self.why),
+            "reasons": list(self.reasons),
             "verdict": self.text(),
         }
 
@@ -150,7 +164,11 @@ def decide(target: Target, parts: Mapping[str, Mapping[str, Any]]) -> Verdict:
             why.insert(0, "no figure")
         return Verdict(target, "missed", measured, ratio, why=tuple(why))
     outcome: Outcome = "met" if target.rule.holds(value) else "missed"
-    return Verdict(target, outcome, measured, ratio, target.rule.close(value), tuple(why))
+    close = target.rule.close(value)
+    told = (
+        target.explain(part.get("results") or {}) if target.explain and (outcome == "missed" or close) else ()
+    )
+    return Verdict(target, outcome, measured, ratio, close, (*why, *told), told)
 
 
 def decide_all(parts: Mapping[str, Mapping[str, Any]]) -> list[Verdict]:
@@ -159,14 +177,7 @@ def decide_all(parts: Mapping[str, Mapping[str, Any]]) -> list[Verdict]:
 
 # ----------------------------------------------------------------------------- a2a_compare's results
 
-SDK = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store"}
 MODE = {"blocking": "blocking", "immediately": "returnImmediately", "stream": "stream"}
-
-
-def a2a_row(results: Mapping[str, Any], mode: str, c: int, server: str) -> Mapping[str, Any] | None:
-    """One server's summary of ``mode`` at ``c`` clients; None if it did not run or has no stream."""
-    row = (results.get("results") or {}).get(f"{mode}@c={c}", {}).get(server)
-    return None if row is None or "unsupported" in row else row
 
 
 def errors_of(row: Mapping[str, Any] | None, who: str = "longhaul") -> list[str]:
@@ -381,6 +392,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 1.0),
         per_s_against("immediately", 1, "sdk-memory"),
+        reasons.c1_throughput("immediately", "sdk-memory", 1.0),
     ),
     Target(
         "immediately-c16",
@@ -389,6 +401,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 1.0),
         per_s_against("immediately", 16, "sdk-memory"),
+        reasons.loaded("immediately", 16, "sdk-memory", 1.0),
     ),
     Target(
         "blocking-c1",
@@ -397,6 +410,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 2.0),
         per_s_against("blocking", 1, "sdk-postgres"),
+        reasons.c1_throughput("blocking", "sdk-postgres", 2.0),
     ),
     Target(
         "blocking-c1-p50",
@@ -405,6 +419,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("figure", "<", 8.0, "ms"),
         blocking_c1_p50,
+        reasons.c1_latency(8.0),
     ),
     Target(
         "blocking-c16",
@@ -413,6 +428,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 2.0),
         per_s_against("blocking", 16, "sdk-postgres"),
+        reasons.loaded("blocking", 16, "sdk-postgres", 2.0),
     ),
     Target(
         "stream-first-c1",
@@ -421,6 +437,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", "<=", 1.0),
         first_event(1),
+        reasons.first_event(1),
     ),
     Target(
         "stream-first-c16",
@@ -429,6 +446,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", "<=", 1.0),
         first_event(16),
+        reasons.first_event(16),
     ),
     Target(
         "sse-p99-50",
@@ -437,6 +455,7 @@ TARGETS: tuple[Target, ...] = (
         "sse",
         Rule("figure", "<", 10.0, "ms"),
         sse_phase(50),
+        reasons.not_told("§10"),
     ),
     Target(
         "sse-p99-1000",
@@ -445,6 +464,7 @@ TARGETS: tuple[Target, ...] = (
         "sse",
         Rule("figure", "<", 50.0, "ms"),
         sse_phase(1000),
+        reasons.not_told("§14"),
     ),
     Target(
         "steps-2w",
@@ -453,6 +473,7 @@ TARGETS: tuple[Target, ...] = (
         "steps",
         Rule("figure", ">=", 2000.0, "steps/s"),
         steps("two_workers"),
+        reasons.not_told("§2"),
     ),
     Target(
         "steps-2w-half-plain",
@@ -461,6 +482,7 @@ TARGETS: tuple[Target, ...] = (
         "steps",
         Rule("ratio", ">=", 0.5),
         steps("two_workers"),
+        reasons.not_told("§2"),
     ),
     Target(
         "steps-1w",
@@ -469,6 +491,7 @@ TARGETS: tuple[Target, ...] = (
         "steps",
         Rule("figure", ">=", 2500.0, "steps/s"),
         steps("one_worker"),
+        reasons.not_told("§2"),
     ),
     Target(
         "load-c128-immediately",
@@ -477,6 +500,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 1.0),
         c128_against_c16("immediately"),
+        reasons.loaded("immediately", 128),
     ),
     Target(
         "load-c128-blocking",
@@ -485,6 +509,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("ratio", ">=", 1.0),
         c128_against_c16("blocking"),
+        reasons.loaded("blocking", 128),
     ),
     Target(
         "load-c128-p99",
@@ -493,6 +518,7 @@ TARGETS: tuple[Target, ...] = (
         "a2a",
         Rule("figure", "<", 1000.0, "ms"),
         c128_p99,
+        reasons.loaded("immediately", 128),
     ),
     Target(
         "load-c128-no-drop",

@@ -19,38 +19,19 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
+from bench.reasons import REQUEST_PROFILE, not_measured
 from bench.sse_latency import HEADLINE as SSE_HEADLINE
 from bench.sse_latency import RAW
 from bench.targets import PARTS, STEP_RUNS, argv, markdown
-from bench.verdicts import TARGETS, UNDECIDED, Target, Verdict, decide, decide_all
+from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide, decide_all
 from bench.webhook_latency import HEADLINE as WEBHOOK_HEADLINE
+from tests.bench.support import SDK_MEMORY, SDK_POSTGRES, a2a, parts, row, target
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 TABLE_HEADING = "## Where the targets of issues 7 and 10 stand"
 ID_CELL = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|")
 
-SDK_MEMORY, SDK_POSTGRES = "sdk-memory", "sdk-postgres"
-
-
-def target(target_id: str) -> Target:
-    return next(t for t in TARGETS if t.id == target_id)
-
-
-def row(per_s: float, p50: float = 10.0, p99: float = 50.0, **extra: Any) -> dict[str, Any]:
-    """One server's summary, as ``bench.a2a_compare.summarise`` makes it."""
-    return {"per_s_median": per_s, "p50_ms": p50, "p99_ms": p99, "errors": 0, "refused": 0} | extra
-
-
-def a2a(rows: dict[tuple[str, int, str], dict[str, Any]]) -> dict[str, Any]:
-    """``bench.a2a_compare.run``'s results holding ``rows`` by (mode, c, server)."""
-    results: dict[str, dict[str, Any]] = {}
-    for (mode, c, server), summary in rows.items():
-        results.setdefault(f"{mode}@c={c}", {})[server] = summary
-    return {"results": results}
-
-
-def parts(**by_part: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: {"results": results} for name, results in by_part.items()}
+NOT_MEASURED = not_measured(REQUEST_PROFILE)
 
 
 def sse_phase(streams: int, p99: float, raw_p99: float = 5.0, **extra: Any) -> dict[str, Any]:
@@ -110,9 +91,10 @@ def test_a_ratio_far_above_its_target_is_met_and_far_below_missed() -> None:
         )
     )
     slow, fast = decide(target("immediately-c1"), run), decide(target("immediately-c16"), run)
-    assert (slow.outcome, slow.close, slow.why) == ("missed", False, ())
+    assert (slow.outcome, slow.close, slow.problems) == ("missed", False, ())
     assert slow.ratio == pytest.approx(53 / 190)
-    assert slow.text() == "missed"
+    assert slow.reasons == (NOT_MEASURED,)  # these rows have no CPU figures
+    assert slow.text() == f"missed: {NOT_MEASURED}"
     assert (fast.outcome, fast.close, fast.text()) == ("met", False, "met")
     assert fast.measured is not None
     assert fast.measured.figure_text == "181 req/s, p50 10.0 ms"
@@ -132,9 +114,9 @@ def test_a_ratio_within_30_percent_of_its_target_is_not_decided_by_one_run() -> 
     )
     missed, met = decide(target("blocking-c16"), run), decide(target("blocking-c1"), run)
     assert (missed.outcome, missed.close) == ("missed", True)
-    assert missed.text() == f"missed {UNDECIDED}"
+    assert missed.text() == f"missed {UNDECIDED}: {NOT_MEASURED}"
     assert (met.outcome, met.close) == ("met", True)
-    assert met.text() == "met (within 30 %: not decided by one run)"
+    assert met.text() == f"met (within 30 %: not decided by one run): {NOT_MEASURED}"
 
 
 def test_a_missing_baseline_is_a_miss_that_says_so() -> None:
@@ -148,7 +130,7 @@ def test_a_figure_rule_is_decided_without_the_baseline_and_names_it_missing() ->
     verdict = decide(
         target("blocking-c1-p50"), parts(a2a=a2a({("blocking", 1, "longhaul"): row(100.0, 6.0)}))
     )
-    assert (verdict.outcome, verdict.why) == ("met", ("baseline missing",))
+    assert (verdict.outcome, verdict.problems) == ("met", ("baseline missing",))
     assert verdict.close  # 6 ms is within 30 % of 8 ms
 
 
@@ -219,8 +201,9 @@ def test_a_stream_s_first_event_later_than_in_memory_s_is_a_miss() -> None:
         ("stream", 1, SDK_MEMORY): row(150.0, first_p50_ms=4.5),
     }
     run = parts(a2a=a2a(rows))
-    assert decide(target("stream-first-c16"), run).text() == f"missed {UNDECIDED}"
-    assert decide(target("stream-first-c1"), run).text() == "missed"
+    c16, c1 = decide(target("stream-first-c16"), run), decide(target("stream-first-c1"), run)
+    assert (c16.outcome, c16.close, c16.problems) == ("missed", True, ())
+    assert (c1.outcome, c1.close, c1.problems) == ("missed", False, ())
 
 
 def test_sse_verdicts_name_a_rate_not_reached_and_report_memory_per_stream() -> None:
@@ -228,7 +211,8 @@ def test_sse_verdicts_name_a_rate_not_reached_and_report_memory_per_stream() -> 
     run = parts(sse={"phases": phases})
     small, many = decide(target("sse-p99-50"), run), decide(target("sse-p99-1000"), run)
     assert small.outcome == "met"
-    assert small.why == ("112 commits/s of the 200 asked", "2 frames missing")
+    assert small.problems == ("112 commits/s of the 200 asked", "2 frames missing")
+    assert small.reasons == ("this part's figures do not tell why; see docs/benchmarks.md §10",)
     assert (many.outcome, many.close) == ("missed", True)
     assert many.measured is not None
     assert many.measured.figure_text.endswith("; 32.0 KiB per open stream (USS)")
@@ -241,11 +225,13 @@ def test_sse_verdicts_name_a_rate_not_reached_and_report_memory_per_stream() -> 
 
 def test_step_targets_read_their_own_run_and_plain_psycopg_at_16_clients() -> None:
     run = parts(steps={"two_workers": steps_run(1455.0, 2289), "one_worker": steps_run(3081.0, 2700, 1)})
-    assert decide(target("steps-2w"), run).text() == f"missed {UNDECIDED}"
+    two = decide(target("steps-2w"), run)
+    assert (two.outcome, two.close, two.problems) == ("missed", True, ())
+    assert two.reasons == ("this part's figures do not tell why; see docs/benchmarks.md §2",)
     half = decide(target("steps-2w-half-plain"), run)
     assert half.ratio == pytest.approx(1455 / 2289)
     assert (half.outcome, half.close) == ("met", True)  # 0.64 is within 30 % of 0.5
-    assert decide(target("steps-1w"), run).text() == f"met {UNDECIDED}"
+    assert decide(target("steps-1w"), run).text().startswith(f"met {UNDECIDED}: ")
     failed = parts(steps={"two_workers": {"error": "RuntimeError: only 3/400 tasks completed"}})
     assert decide(target("steps-2w"), failed).why[0] == "no figure"
     assert (
@@ -288,7 +274,8 @@ def test_a_throughput_target_is_met_exactly_when_its_ratio_reaches_it(ratio: flo
     assert (verdict.outcome == "met") == (measured >= 2.0)
     assert verdict.close == (1.4 < measured < 2.6)
     assert (UNDECIDED in verdict.text()) == verdict.close
-    assert verdict.why == ()
+    assert verdict.problems == ()
+    assert bool(verdict.reasons) == (verdict.outcome == "missed" or verdict.close)
 
 
 @given(ratio=ratios, baseline=baselines)
