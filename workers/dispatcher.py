@@ -328,13 +328,14 @@ class Dispatcher:
         tasks = frozenset(str(e.get("taskId")) for e in events)
         if recording is not None:
             # A task's events are built and recorded in stream order, one batch after the other:
-            # a batch waits for every batch before it that has one of its tasks, and for all but
-            # the last one before it (at most PIPELINE batches are recorded at once). A failure
-            # of a batch before ends the intake here, as it did before.
+            # a batch waits for every batch before it that has one of its tasks, and for the
+            # oldest ones while PIPELINE are being recorded. A batch that failed ends the intake
+            # here (its messages unacknowledged), as it did before.
+            for ended in [r for r in recording if r.done.done()]:
+                recording.remove(ended)
+                await ended.done
             while recording and (
-                len(recording) >= PIPELINE
-                or recording[0].done.done()
-                or any(not tasks.isdisjoint(r.tasks) for r in recording)
+                len(recording) >= PIPELINE or any(not tasks.isdisjoint(r.tasks) for r in recording)
             ):
                 await recording.popleft().done
         # What a record needs and the messages cannot carry (an oversize body): one query first.
