@@ -85,9 +85,6 @@ DURABLE = "longhaul-dispatcher"
 FETCH_BATCH = 256
 ACK_WAIT_S = 30.0
 MAX_ACK_PENDING = 4096
-PIPELINE = 2
-"""Batches the intake records at once (a batch's record starts while the one before commits, when
-no task has events in both: ADR 0043)."""
 LOCK_CHECK_S = 5.0
 """How often the intake checks that the connection holding its leadership lock is alive."""
 POLL_S = 0.25
@@ -111,14 +108,6 @@ def _lanes_of(deliveries: list[Delivery]) -> list[list[Delivery]]:
     for delivery in sorted(deliveries, key=lambda d: d.version):
         lanes.setdefault((delivery.task_id, delivery.config_id), []).append(delivery)
     return list(lanes.values())
-
-
-@dataclass(frozen=True)
-class _Recording:
-    """A batch the intake is recording: its tasks (ids as the messages give them) and its end."""
-
-    tasks: frozenset[str]
-    done: asyncio.Future[None]
 
 
 class DispatcherUnavailableError(RuntimeError):
@@ -297,47 +286,22 @@ class Dispatcher:
                 await js.add_consumer(self.names.stream, consumer)
             log.info("dispatcher %s following stream %s", self.config.dispatcher_id, self.names.stream)
             checked = time.monotonic()
-            recording: deque[_Recording] = deque()
-            try:
-                async for messages in Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH).batches(
-                    stop
-                ):
-                    if time.monotonic() - checked > LOCK_CHECK_S:
-                        await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
-                        checked = time.monotonic()
-                    await self.take(messages, recording)
-            finally:
-                # The batches still recording end (and acknowledge) before the connection closes.
-                await asyncio.gather(*(r.done for r in recording), return_exceptions=True)
+            async for messages in Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH).batches(stop):
+                if time.monotonic() - checked > LOCK_CHECK_S:
+                    await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
+                    checked = time.monotonic()
+                await self.take(messages)
         finally:
             await client.close()
 
-    async def take(self, messages: list[Any], recording: deque[_Recording] | None = None) -> None:
-        """Record the deliveries of ``messages`` (JetStream messages), then acknowledge them.
-
-        With ``recording`` (the intake's batches still being recorded, oldest first) this batch's
-        record may start while the one before it is still being recorded, if no task has events
-        in both (ADR 0043); it is left in ``recording`` then. Without it, the batch ends here.
-        """
+    async def take(self, messages: list[Any]) -> None:
+        """Record the deliveries of ``messages`` (JetStream messages), then acknowledge them."""
         events = []
         for message in messages:
             try:
                 events.append(json.loads(message.data))
             except ValueError:
                 log.warning("dispatcher: a message on %s is not JSON; skipped", message.subject)
-        tasks = frozenset(str(e.get("taskId")) for e in events)
-        if recording is not None:
-            # A task's events are built and recorded in stream order, one batch after the other:
-            # a batch waits for every batch before it that has one of its tasks, and for the
-            # oldest ones while PIPELINE are being recorded. A batch that failed ends the intake
-            # here (its messages unacknowledged), as it did before.
-            for ended in [r for r in recording if r.done.done()]:
-                recording.remove(ended)
-                await ended.done
-            while recording and (
-                len(recording) >= PIPELINE or any(not tasks.isdisjoint(r.tasks) for r in recording)
-            ):
-                await recording.popleft().done
         # What a record needs and the messages cannot carry (an oversize body): one query first.
         bodiless = [(UUID(e["taskId"]), int(e["version"])) for e in events if e.get("body") is None]
         self._from_log = await self._stored_events(bodiless) if bodiless else {}
@@ -345,25 +309,12 @@ class Dispatcher:
         new: list[NewDelivery] = []
         for event in events:
             new += await self._deliveries_for(event)
-        batch = self._record_and_ack(messages, new, self._incomplete, self._unsigned)
-        if recording is None:
-            await batch
-        else:
-            recording.append(_Recording(tasks, asyncio.ensure_future(batch)))
-            await asyncio.sleep(0)  # its insert goes out before the intake waits for the next batch
-
-    async def _record_and_ack(
-        self,
-        messages: list[Any],
-        new: list[NewDelivery],
-        incomplete: dict[tuple[UUID, int], dict[str, Any]],
-        unsigned: list[tuple[str, dict[str, Any]]],
-    ) -> None:
-        """Record a batch's deliveries, start the lanes claimed, then acknowledge its messages."""
         # A config change's secrets are needed to POST, not to record: read from the log while the
         # batch is recorded (ADR 0042), both done before anything of the batch goes out.
         completing = (
-            asyncio.ensure_future(self._complete_configs(incomplete, unsigned)) if incomplete else None
+            asyncio.ensure_future(self._complete_configs(self._incomplete, self._unsigned))
+            if self._incomplete
+            else None
         )
         try:
             recorded = await self._record(new) if new else None
