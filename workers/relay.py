@@ -46,7 +46,6 @@ from projections.event_json import dumps, event_message, reference_message
 from projections.log_follower import LogFollower
 from projections.subjects import NatsNames
 from store.application import TaskApplication
-from store.chain import task_uuid
 from store.config import StoreConfig
 from store.locks import advisory_key
 from workers.jetstream_publish import Pipelined
@@ -153,15 +152,6 @@ class Relay:
         self._database_url = store.config.database_url
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
-        self._save_position = (
-            sql.SQL(
-                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
-                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
-            )
-            .format(self._table)
-            .as_string()
-        )
-        """Rendered once (psycopg renders a ``Composed`` again on every execute)."""
         self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
         self.published = 0
         self.referenced = 0
@@ -224,20 +214,18 @@ class Relay:
         acks: list[asyncio.Future[PubAck]] = []
         for event, tracking in batch:
             position = tracking.notification_id
-            task_id = task_uuid(event.originator_id)
-            tenant = tenants.get(task_id, "default")
-            kind = type(event).__name__
+            tenant = tenants.get(UUID(str(event.originator_id)), "default")
             headers = {
                 "Nats-Msg-Id": f"{self.names.stream}:{position}",
                 "Longhaul-Position": str(position),
-                "Longhaul-Task": str(task_id),
+                "Longhaul-Task": str(event.originator_id),
                 "Longhaul-Version": str(event.originator_version),
-                "Longhaul-Type": kind,
+                "Longhaul-Type": type(event).__name__,
             }
             if self._last_seq is not None:
                 headers[EXPECTED_LAST_SEQUENCE] = str(self._last_seq + len(acks))
             payload = self._payload(position, tenant, event, headers)
-            subject = self.names.subject(tenant, task_id, kind)
+            subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
             if self._last_seq is None:
                 ack = await js.publish(subject, payload, headers=headers, timeout=PUBLISH_TIMEOUT_S)
                 if not ack.duplicate:
@@ -254,7 +242,13 @@ class Relay:
                 raise
             self._last_seq = done[-1].seq
         position = batch[-1][1].notification_id
-        await conn.execute(self._save_position, (self.names.stream, position))
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
+                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
+            ).format(self._table),
+            (self.names.stream, position),
+        )
         self.published += len(batch)
         return position
 
@@ -267,8 +261,8 @@ class Relay:
         known = self._tenants
         for event, _ in batch:
             if isinstance(event, Task.Submitted):
-                known[task_uuid(event.originator_id)] = event.tenant
-        ids = {task_uuid(event.originator_id) for event, _ in batch}
+                known[UUID(str(event.originator_id))] = event.tenant
+        ids = {UUID(str(event.originator_id)) for event, _ in batch}
         missing = [i for i in ids if i not in known]
         if missing:
             known.update(await asyncio.to_thread(self.store.run_queue.tenants, missing))
