@@ -21,9 +21,10 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.persistence import IntegrityError, StoredEvent, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from eventsourcing.projection import Projection, ProjectionRunner
+from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
@@ -76,6 +77,11 @@ class Rebuilt:
     """The rows written."""
 
 
+def tracking_params(tracking: Tracking) -> tuple[str, int]:
+    """The parameters of a position's write."""
+    return (tracking.application_name, tracking.notification_id)
+
+
 class FoldedView(PostgresTrackingRecorder, Generic[R]):
     """Rows of ``row_type`` in ``<schema>.<view_table>``, the position in ``<view_table>_tracking``."""
 
@@ -89,26 +95,60 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
             datastore, tracking_table_name=tracking_table_name or f"{self.view_table}_tracking", **kwargs
         )
         self.view_table_name = self.view_table
+        if not datastore.single_row_tracking:
+            raise ValueError("a FoldedView's position table is the library's single-row tracking table")
+        # Rendered once: psycopg renders a ``Composed`` again on every execute.
         schema, table = Identifier(datastore.schema), Identifier(self.view_table_name)
-        self._select_row = SQL("SELECT * FROM {}.{} WHERE task_id = %s").format(schema, table)
+        self._select_row = SQL("SELECT * FROM {}.{} WHERE task_id = %s").format(schema, table).as_string()
+        tracking_table = Identifier(self.tracking_table_name)
+        track = SQL(
+            "INSERT INTO {schema}.{tracking} VALUES (%s, %s) ON CONFLICT (application_name) DO UPDATE"
+            " SET notification_id = EXCLUDED.notification_id"
+            " WHERE {schema}.{tracking}.notification_id < EXCLUDED.notification_id"
+            " RETURNING notification_id"
+        ).format(schema=schema, tracking=tracking_table)
+        self._track = track.as_string()
+        """The library's single-row position write: no row returned when the position is recorded."""
+        self._track_and_select = (
+            SQL(
+                "WITH tracked AS ({track}) SELECT found.* FROM tracked LEFT JOIN {schema}.{table} AS found"
+                " ON found.task_id = %s"
+            )
+            .format(track=track, schema=schema, table=table)
+            .as_string()
+        )
+        """The position written and the task's row read in one statement: no row returned when the
+        position is recorded; one, its columns null when the task has no row, otherwise."""
         columns = SQL(", ").join(Identifier(c) for c in self.columns)
         updates = SQL(", ").join(
             SQL("{0} = EXCLUDED.{0}").format(Identifier(c)) for c in self.columns if c != "task_id"
         )
-        self._upsert = SQL(
-            "INSERT INTO {schema}.{table} ({columns}) VALUES ({values})"
-            " ON CONFLICT (task_id) DO UPDATE SET {updates}"
-        ).format(
-            schema=schema,
-            table=table,
-            columns=columns,
-            values=SQL(", ").join([SQL("%s")] * len(self.columns)),
-            updates=updates,
+        self._upsert = (
+            SQL(
+                "INSERT INTO {schema}.{table} ({columns}) VALUES ({values})"
+                " ON CONFLICT (task_id) DO UPDATE SET {updates}"
+            )
+            .format(
+                schema=schema,
+                table=table,
+                columns=columns,
+                values=SQL(", ").join([SQL("%s")] * len(self.columns)),
+                updates=updates,
+            )
+            .as_string()
         )
 
     def next_row(self, row: R | None, event: Task.Event, position: int) -> R | None:
         """The row after ``event`` (at log ``position``); ``None`` leaves the task without a row."""
         raise NotImplementedError
+
+    def reads_row(self, event: Task.Event) -> bool:
+        """Whether ``next_row`` reads the task's row for ``event``.
+
+        If not, ``apply`` does not read it: ``next_row(None, event, ...)`` is then what
+        ``next_row(row, event, ...)`` is for any row.
+        """
+        return not isinstance(event, Task.Submitted)
 
     def row_of(self, found: DictRow) -> R:
         """The row a query found."""
@@ -127,19 +167,49 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         before any row is touched, and a running ``rebuild`` (which locks the position table
         first) is waited for rather than deadlocked with. A lost connection rolls the
         transaction back and it is tried again (``retry_lost_connection``).
+
+        As few round trips as that allows (ADR 0044): an event that leaves the row as it is (by
+        ``reads_row`` and ``next_row``) records only the position, one statement; one that needs
+        the row writes the position and reads the row in one statement (the read takes no lock a
+        rebuild waits for); the row is not read for an event whose new row does not depend on it.
         """
         retry_lost_connection(functools.partial(self._apply, event, tracking))
 
     def _apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        with self.datastore.transaction(commit=True) as curs:
-            self._insert_tracking(curs, tracking)
-            curs.execute(self._select_row, (event.originator_id,), prepare=True)
-            found = curs.fetchone()
-            row = None
-            if isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
-                row = self.next_row(self.row_of(found) if found else None, event, tracking.notification_id)
-            if row is not None:
-                curs.execute(self._upsert, self._values(row), prepare=True)
+        position = tracking.notification_id
+        if not isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
+            self._record_position(tracking)
+        elif not self.reads_row(event):
+            row = self.next_row(None, event, position)
+            if row is None:
+                self._record_position(tracking)
+            else:
+                with self.datastore.transaction(commit=True) as curs:
+                    self._refuse_recorded(curs.execute(self._track, tracking_params(tracking), prepare=True))
+                    curs.execute(self._upsert, self._values(row), prepare=True)
+        else:
+            with self.datastore.transaction(commit=True) as curs:
+                params = (*tracking_params(tracking), event.originator_id)
+                found = self._refuse_recorded(curs.execute(self._track_and_select, params, prepare=True))
+                row = self.next_row(None if found["task_id"] is None else self.row_of(found), event, position)
+                if row is not None:
+                    curs.execute(self._upsert, self._values(row), prepare=True)
+
+    def _record_position(self, tracking: Tracking) -> None:
+        """Only the position: one statement, its own transaction."""
+        with self.datastore.get_connection() as conn:
+            self._refuse_recorded(conn.execute(self._track, tracking_params(tracking), prepare=True))
+
+    def _refuse_recorded(self, curs: Cursor[DictRow]) -> DictRow:
+        """The position statement's one row.
+
+        ``IntegrityError`` (the library's) when it returned none: the position was recorded
+        already (and the transaction is rolled back).
+        """
+        found = curs.fetchone()
+        if found is None:
+            raise IntegrityError(f"position already recorded in {self.tracking_table_name}")
+        return found
 
     def rebuild(self, app: TaskApplication) -> Rebuilt:
         """Recompute every row from the log, in one transaction; returns what it rebuilt.

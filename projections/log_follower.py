@@ -9,11 +9,12 @@ that records its position once per batch (the relay) so pays one transaction per
 than one per event, as a ``Projection`` would.
 
 The reading thread only collects notifications; decoding happens in ``next_batch``, on the
-consumer's side, and the hand-over is one lock per batch (the reader wakes a waiting consumer
-with ``call_soon_threadsafe`` on its loop, no thread in between): a reading thread busy beside the
-event loop would make the loop wait for the GIL on every NATS acknowledgement (measured:
-``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a slow consumer holds the
-reading back instead of filling memory.
+consumer's side (``next_notifications`` hands them over undecoded, for a consumer that needs only
+their position, task and version: the sequencer), and the hand-over is one lock per batch (the
+reader wakes a waiting consumer with ``call_soon_threadsafe`` on its loop, no thread in between):
+a reading thread busy beside the event loop would make the loop wait for the GIL on every NATS
+acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a
+slow consumer holds the reading back instead of filling memory.
 
 A failure of the subscription (the database gone) ends the follower: ``next_batch`` returns the
 events read before it, then raises it.
@@ -92,6 +93,17 @@ class LogFollower:
         Returns an empty list if nothing arrived in time or ``stop`` was set; raises the
         subscription's failure once the events read before it were returned.
         """
+        taken = await self.next_notifications(wait_s, stop)
+        name, mapper = self._app.name, self._app.mapper
+        return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
+
+    async def next_notifications(
+        self, wait_s: float, stop: asyncio.Event | None = None
+    ) -> list[Notification]:
+        """``next_batch`` without decoding: the stored events.
+
+        For a consumer that needs no more than their position, task and version (the sequencer).
+        """
         taken = self._take()
         if taken is None:
             taken = await self._wait(wait_s, stop)
@@ -99,9 +111,7 @@ class LogFollower:
             with self._ready:
                 if self._ended is not None and not self._items:
                     raise self._ended
-            return []
-        name, mapper = self._app.name, self._app.mapper
-        return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
+        return taken
 
     def _take(self) -> list[Notification] | None:
         """What arrived, without waiting; ``None`` if nothing did (and the reading goes on)."""

@@ -82,6 +82,11 @@ class RetentionIndexRecorder(FoldedView[RetentionRow]):
         """See ``next_retention_row``."""
         return next_retention_row(row, event, position)
 
+    @override
+    def reads_row(self, event: Task.Event) -> bool:
+        """Only an end or an expiry reads the row (``next_retention_row`` ignores every other event)."""
+        return isinstance(event, (Task.Expired, *_TERMINAL))
+
     def due(
         self, ended_before: datetime, limit: int, *, after: tuple[datetime, UUID] | None = None
     ) -> list[RetentionRow]:

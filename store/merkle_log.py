@@ -93,17 +93,27 @@ class MerkleLog:
         self._datastore = datastore
         self._schema = Identifier(datastore.schema)
         self._chain = Identifier(chain_table)
+        self._rendered: dict[str, str] = {}
+        """Each statement's text on these tables, rendered once (psycopg renders a ``Composed``
+        again on every execute); the statements are this module's constants."""
 
-    def _sql(self, statement: str) -> Any:
-        return SQL(statement).format(
-            schema=self._schema,
-            leaves=Identifier(LEAVES_TABLE),
-            nodes=Identifier(NODES_TABLE),
-            checkpoints=Identifier(CHECKPOINTS_TABLE),
-            purged=Identifier(PURGED_TABLE),
-            position=Identifier(POSITION_TABLE),
-            chain=self._chain,
-        )
+    def _sql(self, statement: str) -> str:
+        rendered = self._rendered.get(statement)
+        if rendered is None:
+            rendered = self._rendered[statement] = (
+                SQL(statement)
+                .format(
+                    schema=self._schema,
+                    leaves=Identifier(LEAVES_TABLE),
+                    nodes=Identifier(NODES_TABLE),
+                    checkpoints=Identifier(CHECKPOINTS_TABLE),
+                    purged=Identifier(PURGED_TABLE),
+                    position=Identifier(POSITION_TABLE),
+                    chain=self._chain,
+                )
+                .as_string()
+            )
+        return rendered
 
     def _rows(self, statement: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._datastore.transaction(commit=False) as curs:

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 import nats
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import Notification
 from nats.js.errors import NotFoundError
 
 from domain.clock import Clock
@@ -138,7 +138,7 @@ class Sequencer:
             due = self.clock() + self.interval
             while not stop.is_set():
                 left = (due - self.clock()).total_seconds()
-                batch = await follower.next_batch(max(0.0, min(IDLE_WAIT_S, left)), stop)
+                batch = await follower.next_notifications(max(0.0, min(IDLE_WAIT_S, left)), stop)
                 if batch:
                     tree = await self._append(tree, batch)
                 if self.clock() >= due:
@@ -146,11 +146,9 @@ class Sequencer:
                     due = self.clock() + self.interval
             await self._sign(tree, wake)  # a clean stop: what was sequenced is signed
 
-    async def _append(self, tree: MerkleTree, batch: Sequence[tuple[Any, Tracking]]) -> MerkleTree:
-        events = [
-            (tracking.notification_id, task_uuid(event.originator_id), event.originator_version)
-            for event, tracking in batch
-        ]
+    async def _append(self, tree: MerkleTree, batch: Sequence[Notification]) -> MerkleTree:
+        """The leaves of ``batch``: position, task and version are the stored event's own, not decoded."""
+        events = [(n.id, task_uuid(n.originator_id), n.originator_version) for n in batch]
         grown, passed = await asyncio.to_thread(self.log.append, tree, events)
         for skipped in passed:
             log.warning(

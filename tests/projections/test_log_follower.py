@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from eventsourcing.persistence import OperationalError
+from eventsourcing.persistence import Notification, OperationalError
 
 from projections.log_follower import LogFollower
 from store.application import TaskApplication
@@ -45,6 +45,23 @@ async def test_batches_come_in_log_order_at_most_limit_long_after_the_position(
         waiting = asyncio.ensure_future(follower.next_batch(WAIT_S))
         await asyncio.to_thread(_submit, store, 1)
         assert [t.notification_id for _, t in await waiting] == [8]
+
+
+async def test_undecoded_batches_are_the_stored_events_of_the_same_positions(
+    postgres_store: TaskApplication,
+) -> None:
+    _submit(postgres_store, 4)
+    with LogFollower(postgres_store, after=1, limit=2) as follower:
+        found: list[Notification] = []
+        while len(found) < 3:
+            batch = await follower.next_notifications(WAIT_S)
+            assert 0 < len(batch) <= 2
+            found += batch
+    assert [n.id for n in found] == [2, 3, 4]
+    decoded = [postgres_store.mapper.to_domain_event(n) for n in found]
+    assert [(e.originator_id, e.originator_version) for e in decoded] == [
+        (n.originator_id, n.originator_version) for n in found
+    ]
 
 
 async def test_a_failed_subscription_is_raised_by_next_batch(
