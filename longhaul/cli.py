@@ -225,11 +225,13 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
 """The commands that do one thing and exit with its status."""
 
 
-ON_UVLOOP = frozenset({"dispatcher", "relay"})
+ON_UVLOOP = frozenset({"dispatcher", "relay", "up"})
 """The processes that run on uvloop's event loop where it is installed (not on Windows): draining
 a full stream, the dispatcher's CPU per delivery 0.49 ms on asyncio's loop, 0.46 ms on uvloop's
 (medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033); the relay
-too (docs/benchmarks.md §8, session 16, ADR 0039). ``up`` keeps asyncio's."""
+too (docs/benchmarks.md §8, session 16, ADR 0039); and ``up``, whose request path, worker and
+relay share one loop (docs/benchmarks.md §11, session 18, ADR 0045). The other processes keep
+asyncio's."""
 
 
 def _run_process(command: str, settings: Settings) -> None:

@@ -124,6 +124,7 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
         log_level="warning",
         log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
         access_log=False,
+        http="httptools",  # a C parser, not h11's pure Python one: less CPU per request (ADR 0045)
         timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
         timeout_keep_alive=HTTP_KEEPALIVE_S,
     )

@@ -93,7 +93,7 @@ def test_deliveries_of_an_unknown_task_is_one_line(cli: Callable[..., tuple[int,
     assert _one_line(err).startswith(f"longhaul: no task {task_id}")
 
 
-def test_the_dispatcher_and_relay_processes_run_on_uvloop_and_the_others_on_asyncio(
+def test_the_dispatcher_relay_and_up_processes_run_on_uvloop_and_the_others_on_asyncio(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     loops: dict[str, type] = {}
@@ -104,10 +104,11 @@ def test_the_dispatcher_and_relay_processes_run_on_uvloop_and_the_others_on_asyn
 
         return process
 
-    commands = ("dispatcher", "relay", "worker")
+    commands = ("dispatcher", "relay", "up", "worker")
     monkeypatch.setattr(cli, "PROCESSES", {name: recording(name) for name in commands})
     for command in commands:
         cli._run_process(command, Settings())
     assert loops["dispatcher"] is uvloop.Loop
     assert loops["relay"] is uvloop.Loop
+    assert loops["up"] is uvloop.Loop
     assert not issubclass(loops["worker"], uvloop.Loop)
