@@ -122,6 +122,19 @@ def per_request_budget(target_per_s: float, cpu: Cpu) -> str:
     )
 
 
+def machine_budget(target_per_s: float, cpu: Cpu, nproc: int | None) -> str | None:
+    """What the target's rate needs of the machine's cores at the CPU ``up`` and PostgreSQL
+    used per request together; None when PostgreSQL's CPU or the machine's cores are unknown."""
+    if cpu.postgres_ms is None or not nproc:
+        return None
+    both = cpu.ms + cpu.postgres_ms
+    return (
+        f"longhaul up and the machine's PostgreSQL together used {both:.1f} ms of CPU per request: "
+        f"{target_per_s:.0f} req/s at that cost needs {target_per_s * both / 1000:.1f} cores, "
+        f"the machine has {nproc}"
+    )
+
+
 def c1_throughput(mode: str, server: str, factor: float) -> Explain:
     """Why longhaul's req/s at c=1 is short of ``factor`` times ``server``'s."""
 
@@ -136,7 +149,10 @@ def c1_throughput(mode: str, server: str, factor: float) -> Explain:
             one_gil_at_c1(ours, cpu, REQUEST_PROFILE, saturated=bool(saturated)),
         ]
         if theirs is not None:
-            reasons.append(per_request_budget(factor * theirs["per_s_median"], cpu))
+            target = factor * theirs["per_s_median"]
+            reasons.append(per_request_budget(target, cpu))
+            machine = machine_budget(target, cpu, (results.get("machine") or {}).get("nproc"))
+            reasons += [machine] if machine else []
         return (*reasons, *saturated)
 
     return explain

@@ -22,6 +22,7 @@ reasons) and under it "Why the misses", one entry per target missed or within 30
     uv run python -m bench.targets                 # about 20 minutes by its sizes
     uv run python -m bench.targets --quick         # a few minutes: every part at smaller sizes, not a verdict
     uv run python -m bench.targets --parts sse,webhook --tag T --markdown /tmp/targets.md
+    uv run python -m bench.targets --decide bench/results/targets.json --markdown /tmp/t.md  # no run
 
 Run it inside the benchmark lock (``flock /tmp/bench.lock ...``) on a shared machine.
 """
@@ -29,6 +30,7 @@ Run it inside the benchmark lock (``flock /tmp/bench.lock ...``) on a shared mac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import traceback
@@ -224,6 +226,12 @@ def arguments() -> argparse.Namespace:
         help=f"comma list of parts to run, of {','.join(PARTS)} (a target whose part did not run: not run)",
     )
     parser.add_argument("--markdown", type=Path, help="also write the verdict table as markdown here")
+    parser.add_argument(
+        "--decide",
+        type=Path,
+        metavar="RESULTS",
+        help="run nothing: decide a saved run (its targets JSON) again with today's rules and reasons",
+    )
     args = parser.parse_args()
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(args.parts) - set(PARTS))
@@ -232,13 +240,7 @@ def arguments() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = arguments()
-    info = machine_info(args.database_url)
-    began = time.monotonic()
-    parts = run_parts(args)
-    verdicts = decide_all(parts)
-    print(f"\n[targets {elapsed(began)}] verdicts ({'quick sizes' if args.quick else 'full sizes'}):")
+def print_verdicts(verdicts: list[Verdict]) -> None:
     print(
         table(
             ["id", "issue", "longhaul", "same-run baseline", "ratio", "verdict"],
@@ -248,6 +250,30 @@ def main() -> None:
             ],
         )
     )
+
+
+def decide_saved(args: argparse.Namespace) -> None:
+    """``--decide RESULTS``: the verdicts of a saved run by the current ``bench.verdicts``."""
+    saved = json.loads(args.decide.read_text())
+    verdicts = decide_all(saved["parts"])
+    print(f"verdicts of {args.decide} by today's rules:")
+    print_verdicts(verdicts)
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(verdicts, saved["heading"]))
+        print(f"\nmarkdown table written to {args.markdown}")
+
+
+def main() -> None:
+    args = arguments()
+    if args.decide is not None:
+        decide_saved(args)
+        return
+    info = machine_info(args.database_url)
+    began = time.monotonic()
+    parts = run_parts(args)
+    verdicts = decide_all(parts)
+    print(f"\n[targets {elapsed(began)}] verdicts ({'quick sizes' if args.quick else 'full sizes'}):")
+    print_verdicts(verdicts)
     title = heading(args, info, parts)
     if args.markdown is not None:
         args.markdown.write_text(markdown(verdicts, title))

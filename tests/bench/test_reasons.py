@@ -63,6 +63,10 @@ def test_a_c1_miss_names_the_cpu_per_request_the_one_core_bound_and_the_budget()
             "core busy"
         ),
         f"the target, 318 req/s, leaves 3.1 ms of one core per request: 4.8{TIMES} less than now",
+        (
+            "longhaul up and the machine's PostgreSQL together used 18.0 ms of CPU per request: "
+            "318 req/s at that cost needs 5.7 cores, the machine has 2"
+        ),
     )
 
 
@@ -84,7 +88,7 @@ def test_a_c1_miss_with_the_process_not_busy_says_the_figures_do_not_split_it() 
         "the rest of each request is waiting, for a core among the others' work (saturated, "
         f"below) and for what these figures do not split; see {REQUEST_PROFILE}"
     )
-    assert reasons[3].startswith("the machine's 2 cores were saturated: 1.90 busy on average")
+    assert reasons[4].startswith("the machine's 2 cores were saturated: 1.90 busy on average")
 
 
 def test_blocking_c1_s_budget_is_from_twice_the_postgresql_store() -> None:
@@ -101,6 +105,21 @@ def test_blocking_c1_s_budget_is_from_twice_the_postgresql_store() -> None:
     assert verdict.reasons[2] == (
         f"the target, 96 req/s, leaves 10.4 ms of one core per request: 1.9{TIMES} less than now"
     )
+    assert verdict.reasons[3] == (
+        "longhaul up and the machine's PostgreSQL together used 23.0 ms of CPU per request: "
+        "96 req/s at that cost needs 2.2 cores, the machine has 2"
+    )
+
+
+def test_no_machine_budget_without_postgresql_s_cpu() -> None:
+    rows = {
+        ("blocking", 1, "longhaul"): row(34.0, 23.9)
+        | cpu(20.0, 0.78)
+        | {"postgres_cpu_ms_per_request": None},
+        ("blocking", 1, SDK_POSTGRES): row(48.0, 19.2) | cpu(5.0, 0.24, pg_ms=4.0),
+    }
+    reasons = decide(target("blocking-c1"), parts(a2a=a2a(rows, nproc=2))).reasons
+    assert not any("together used" in reason for reason in reasons)
 
 
 def test_the_p50_reason_depends_on_whether_the_cpu_per_request_exceeds_the_budget() -> None:

@@ -22,12 +22,13 @@ from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
 from bench.reasons import REQUEST_PROFILE, not_measured
 from bench.sse_latency import HEADLINE as SSE_HEADLINE
 from bench.sse_latency import RAW
-from bench.targets import PARTS, STEP_RUNS, argv, markdown
+from bench.targets import PARTS, STEP_RUNS, argv, decide_saved, markdown
 from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide, decide_all
 from bench.webhook_latency import HEADLINE as WEBHOOK_HEADLINE
 from tests.bench.support import SDK_MEMORY, SDK_POSTGRES, a2a, parts, row, target
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+REPO_ROOT = BENCHMARKS.parents[1]
 TABLE_HEADING = "## Where the targets of issues 7 and 10 stand"
 ID_CELL = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|")
 
@@ -375,3 +376,17 @@ def test_every_part_s_command_line_is_one_its_benchmark_accepts(quick: bool) -> 
         assert steps_args.no_json
     hooks = webhook_latency.arguments(argv("webhook", args))
     assert (hooks.rate, hooks.receiver, hooks.database_url) == (200.0, "process", "postgresql://nowhere/x")
+
+
+def test_the_doc_s_table_is_what_bench_targets_decides_for_the_run_it_names(tmp_path: Path) -> None:
+    section = targets_table()
+    named = re.search(r"<!-- bench\.targets --decide (\S+) -->\n", section)
+    assert named is not None, (
+        "docs/benchmarks.md: the target table names no run (<!-- bench.targets --decide FILE -->)"
+    )
+    written = tmp_path / "targets.md"
+    decide_saved(argparse.Namespace(decide=REPO_ROOT / named.group(1), markdown=written))
+    assert section[named.end() :].startswith(written.read_text()), (
+        f"docs/benchmarks.md's target table is not what `python -m bench.targets --decide {named.group(1)} "
+        "--markdown FILE` writes: paste that file again"
+    )
