@@ -49,23 +49,29 @@ def store(store_config: StoreConfig, app_name: str) -> Iterator[TaskApplication]
 
 
 def _kill_backends(database_url: str, app_name: str) -> int:
-    """Terminate every backend of ``app_name`` and wait until they are gone; how many there were."""
+    """Terminate every backend of ``app_name`` and wait until they are gone; how many there were.
+
+    It waits for the terminated backends' pids, not for ``app_name`` to have no backend: a worker
+    running meanwhile may already have opened new connections under the same name."""
     with psycopg.connect(database_url, autocommit=True, application_name="killer") as conn:
-        killed = conn.execute(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name = %s AND pid <> pg_backend_pid()) k",
-            (app_name,),
-        ).fetchone()
-        for _ in range(200):
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM (SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND pid <> pg_backend_pid()) k",
+                (app_name,),
+            )
+        ]
+        for _ in range(500):
             left = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app_name,)
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
             ).fetchone()
             if left is not None and left[0] == 0:
                 break
             conn.execute("SELECT pg_sleep(0.01)")
         else:  # pragma: no cover - the server did not end them
-            raise AssertionError("the backends did not end")
-    return int(killed[0]) if killed else 0
+            raise AssertionError(f"the backends {pids} did not end")
+    return len(pids)
 
 
 def _warm(store: TaskApplication, connections: int) -> None:
