@@ -77,9 +77,9 @@ class Rebuilt:
     """The rows written."""
 
 
-def tracking_params(tracking: Tracking) -> tuple[str, int]:
-    """The parameters of a position's write."""
-    return (tracking.application_name, tracking.notification_id)
+def tracking_params(tracking: Tracking) -> dict[str, Any]:
+    """The parameters of the library's position write (``insert_tracking_statement``)."""
+    return {"application_name": tracking.application_name, "notification_id": tracking.notification_id}
 
 
 class FoldedView(PostgresTrackingRecorder, Generic[R]):
@@ -100,19 +100,14 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         # Rendered once: psycopg renders a ``Composed`` again on every execute.
         schema, table = Identifier(datastore.schema), Identifier(self.view_table_name)
         self._select_row = SQL("SELECT * FROM {}.{} WHERE task_id = %s").format(schema, table).as_string()
-        tracking_table = Identifier(self.tracking_table_name)
-        track = SQL(
-            "INSERT INTO {schema}.{tracking} VALUES (%s, %s) ON CONFLICT (application_name) DO UPDATE"
-            " SET notification_id = EXCLUDED.notification_id"
-            " WHERE {schema}.{tracking}.notification_id < EXCLUDED.notification_id"
-            " RETURNING notification_id"
-        ).format(schema=schema, tracking=tracking_table)
+        # The library's own single-row position write (named parameters, RETURNING the position):
+        # no row returned when the position is recorded already.
+        track = self.insert_tracking_statement
         self._track = track.as_string()
-        """The library's single-row position write: no row returned when the position is recorded."""
         self._track_and_select = (
             SQL(
                 "WITH tracked AS ({track}) SELECT found.* FROM tracked LEFT JOIN {schema}.{table} AS found"
-                " ON found.task_id = %s"
+                " ON found.task_id = %(task_id)s"
             )
             .format(track=track, schema=schema, table=table)
             .as_string()
@@ -189,7 +184,7 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
                     curs.execute(self._upsert, self._values(row), prepare=True)
         else:
             with self.datastore.transaction(commit=True) as curs:
-                params = (*tracking_params(tracking), event.originator_id)
+                params = {**tracking_params(tracking), "task_id": event.originator_id}
                 found = self._refuse_recorded(curs.execute(self._track_and_select, params, prepare=True))
                 row = self.next_row(None if found["task_id"] is None else self.row_of(found), event, position)
                 if row is not None:
