@@ -125,14 +125,22 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sequencer": (
         (
             "Keep the Merkle tree (RFC 9162) over every event, in log order, until stopped: one leaf per"
-            " event, stored with its subtrees and the position reached in one transaction. Every"
+            " event, the events that arrive within LONGHAUL_SEQUENCER_GATHER_SECONDS of a batch's first"
+            " stored with their subtrees and the position reached in one transaction. Every"
             " LONGHAUL_CHECKPOINT_INTERVAL_SECONDS, when the tree grew, sign a checkpoint of it with the"
             " audit key (C2SP tlog-checkpoint, Ed25519), store it, then publish it on NATS"
             " (<prefix>.checkpoints, a stream of its own) for witnesses; a clean stop signs what was"
             " sequenced. One sequencer leads (a PostgreSQL advisory lock); others wait as standbys."
             " Not with LONGHAUL_STORE=memory. See docs/audit.md, Sequencer."
         ),
-        ("database_url", "nats_url", "audit_key_file", "checkpoint_interval_seconds", "nats_replicas"),
+        (
+            "database_url",
+            "nats_url",
+            "audit_key_file",
+            "checkpoint_interval_seconds",
+            "sequencer_gather_seconds",
+            "nats_replicas",
+        ),
     ),
     "deliveries": (
         (

@@ -380,6 +380,7 @@ def _sequencer(settings: Settings, store: TaskApplication, names: Any, signer: S
             signer=signer,
             clock=wiring.system_clock(settings),
             interval=settings.checkpoint_interval_seconds,
+            gather=settings.sequencer_gather_seconds,
             limits=wiring.stream_limits(settings),
         )
     except SequencerUnavailableError as error:

@@ -80,6 +80,14 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the sequencer signs a checkpoint of the Merkle tree, when it grew.",
     )
+    sequencer_gather_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        description=(
+            "How long the sequencer keeps taking events after the first of a batch before it appends"
+            " them all in one transaction (0: each batch as it arrives)."
+        ),
+    )
     clock_offset_seconds: float = Field(
         default=0.0, description="Moves every clock of this process (drills and tests of long pauses only)."
     )

@@ -14,7 +14,10 @@ their position, task and version: the sequencer), and the hand-over is one lock 
 reader wakes a waiting consumer with ``call_soon_threadsafe`` on its loop, no thread in between):
 a reading thread busy beside the event loop would make the loop wait for the GIL on every NATS
 acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a
-slow consumer holds the reading back instead of filling memory.
+slow consumer holds the reading back instead of filling memory. A consumer that needs no event at
+once (the sequencer, ADR 0046) asks ``next_notifications`` to gather: after the first events it
+keeps taking what arrives for ``gather_s``, so that several commits make one batch (still at most
+``limit``); the relay's live path does not gather.
 
 A failure of the subscription (the database gone) ends the follower: ``next_batch`` returns the
 events read before it, then raises it.
@@ -98,36 +101,58 @@ class LogFollower:
         return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
 
     async def next_notifications(
-        self, wait_s: float, stop: asyncio.Event | None = None
+        self, wait_s: float, stop: asyncio.Event | None = None, *, gather_s: float = 0.0
     ) -> list[Notification]:
         """``next_batch`` without decoding: the stored events.
 
         For a consumer that needs no more than their position, task and version (the sequencer).
+        With ``gather_s``, once the first events are taken it keeps taking what arrives until
+        ``gather_s`` has passed, ``limit`` events are taken or ``stop`` is set, so that many
+        commits come as one batch; what it took is returned then, whatever ends the gathering
+        (the subscription's failure is raised on the next call).
         """
-        taken = self._take()
+        taken = self._take(self._limit)
         if taken is None:
-            taken = await self._wait(wait_s, stop)
+            taken = await self._wait(wait_s, stop, self._limit)
+        if taken and gather_s > 0:
+            await self._gather(taken, gather_s, stop)
         if not taken:
             with self._ready:
                 if self._ended is not None and not self._items:
                     raise self._ended
         return taken
 
-    def _take(self) -> list[Notification] | None:
-        """What arrived, without waiting; ``None`` if nothing did (and the reading goes on)."""
+    async def _gather(self, taken: list[Notification], gather_s: float, stop: asyncio.Event | None) -> None:
+        """Add to ``taken`` what arrives within ``gather_s``, up to ``limit`` in all."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + gather_s
+        while len(taken) < self._limit and not (stop is not None and stop.is_set()):
+            room = self._limit - len(taken)
+            more = self._take(room)
+            if more is None:
+                left = until - loop.time()
+                if left <= 0:
+                    return
+                more = await self._wait(left, stop, room)
+            if not more:  # the time is up, ``stop`` was set, or the subscription ended
+                return
+            taken.extend(more)
+
+    def _take(self, most: int) -> list[Notification] | None:
+        """What arrived (``most`` at most), without waiting; ``None`` if nothing did (the reading goes on)."""
         with self._ready:
             if not self._items:
                 return [] if self._ended is not None else None
-            taken, self._items = self._items[: self._limit], self._items[self._limit :]
+            taken, self._items = self._items[:most], self._items[most:]
             self._ready.notify_all()  # the reader may be waiting for room
             return taken
 
-    async def _wait(self, wait_s: float, stop: asyncio.Event | None) -> list[Notification]:
+    async def _wait(self, wait_s: float, stop: asyncio.Event | None, most: int) -> list[Notification]:
         if self._arrived is None:
             with self._ready:
                 self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
         self._arrived.clear()
-        taken = self._take()  # what arrived before the reader knew of the loop, or since the clear
+        taken = self._take(most)  # what arrived before the reader knew of the loop, or since the clear
         if taken is not None:
             return taken
         waits = [asyncio.ensure_future(self._arrived.wait())]
@@ -138,7 +163,7 @@ class LogFollower:
             waiting.cancel()
         if stop is not None and stop.is_set():
             return []
-        return self._take() or []
+        return self._take(most) or []
 
     def _signal(self) -> None:
         """Wake the consumer waiting on its loop (called by the reader, holding ``_ready``)."""

@@ -1,16 +1,24 @@
 """The sequencer: keeps the Merkle tree over every event, in log order, and signs checkpoints of it.
 
 It follows the notification log (``projections.log_follower``, as the relay does) from the Merkle
-log's stored position (``store.merkle_log``) and appends each batch's events as leaves: leaves,
-subtrees and the new position in one transaction, so a sequencer stopped anywhere resumes at a
-consistent tree. An event without a chain hash (not appended by longhaul) is passed over with a
-warning. Every ``interval`` seconds, if the tree grew, it signs a checkpoint (C2SP
-tlog-checkpoint in a signed note, Ed25519), stores it, and only then publishes it on NATS
-JetStream (``<prefix>.checkpoints``, a stream of its own: ADR 0029), so a publish that fails loses
-nothing. The publisher reads the last checkpoint the stream holds and publishes every stored one
-above it, each with ``Nats-Msg-Id`` ``checkpoint:<tree size>``: after a crash the repeats are
-dropped, and what was stored but never published goes out on the next start. On a clean stop
-it signs what it has sequenced, and publishes it.
+log's stored position (``store.merkle_log``) and appends the events as leaves in gathered
+batches: once the first events of a batch arrive it keeps taking what arrives for ``gather``
+seconds (``LONGHAUL_SEQUENCER_GATHER_SECONDS``, or until 500 events), then appends them all,
+leaves, subtrees and the new position, in one transaction (ADR 0046: at one task at a time that
+is one transaction for several commits instead of one each). The position is recorded only with
+the leaves, so a sequencer stopped anywhere, mid-gather too, resumes at a consistent tree and
+loses nothing. An event without a chain hash (not appended by longhaul) is passed over with a
+warning and counted (``passed_over``), and the sequencer goes on.
+
+Every ``interval`` seconds, if the tree grew, it signs a checkpoint (C2SP tlog-checkpoint in a
+signed note, Ed25519), stores it, and only then publishes it on NATS JetStream
+(``<prefix>.checkpoints``, a stream of its own: ADR 0029), so a publish that fails loses nothing.
+The publisher reads the last checkpoint the stream holds and publishes every stored one above it,
+each with ``Nats-Msg-Id`` ``checkpoint:<tree size>``: after a crash the repeats are dropped, and
+what was stored but never published goes out on the next start. A batch taken is appended before
+any checkpoint is signed, so a checkpoint covers every event taken before it (a gather that
+starts shortly before the checkpoint is due may delay it by up to ``gather``); on a clean stop
+the batch gathered so far is appended, then signed and published.
 
 Only one sequencer is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
 Every failure starts it over with the restart pause of ``store.retry``, re-reading the tree. It
@@ -48,6 +56,8 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 1.0
 """The longest the sequencer waits for the next event before looking at the clock again."""
+GATHER_S = 0.5
+"""How long, by default, a batch gathers events after its first (``LONGHAUL_SEQUENCER_GATHER_SECONDS``)."""
 SIZE_HEADER = "Longhaul-Tree-Size"
 ORIGIN_HEADER = "Longhaul-Origin"
 ROOT_HEADER = "Longhaul-Root"
@@ -78,6 +88,7 @@ class Sequencer:
         signer: SignerKey,
         clock: Clock,
         interval: float = 10.0,
+        gather: float = GATHER_S,
         limits: StreamLimits | None = None,
     ) -> None:
         merkle_log = store.merkle_log
@@ -92,6 +103,7 @@ class Sequencer:
         self.signer = signer
         self.clock = clock
         self.interval = timedelta(seconds=interval)
+        self.gather = gather
         # The stream keeps every checkpoint (no max_age): a witness that starts late reads them all.
         self.limits = StreamLimits(max_age=timedelta(0), replicas=(limits or StreamLimits()).replicas)
         self._database_url = store.config.database_url
@@ -99,6 +111,9 @@ class Sequencer:
         self.sequenced = 0
         """Events this process appended as leaves (passed-over ones not counted)."""
         self.passed_over = 0
+        """Events this process passed over (not appended by longhaul: no chain hash, or a leaf already)."""
+        self.appends = 0
+        """Transactions this process appended leaves in (one per gathered batch)."""
         self.signed = 0
         """Checkpoints this process signed (and stored)."""
         self.last_signed: StoredCheckpoint | None = None
@@ -137,14 +152,16 @@ class Sequencer:
         async with LogFollower(self.store, after=position) as follower:
             due = self.clock() + self.interval
             while not stop.is_set():
-                left = (due - self.clock()).total_seconds()
-                batch = await follower.next_notifications(max(0.0, min(IDLE_WAIT_S, left)), stop)
+                left = max(0.0, (due - self.clock()).total_seconds())
+                batch = await follower.next_notifications(
+                    min(IDLE_WAIT_S, left), stop, gather_s=min(self.gather, left)
+                )
                 if batch:
                     tree = await self._append(tree, batch)
                 if self.clock() >= due:
                     await self._sign(tree, wake)
                     due = self.clock() + self.interval
-            await self._sign(tree, wake)  # a clean stop: what was sequenced is signed
+            await self._sign(tree, wake)  # a clean stop: what was taken is appended, and signed
 
     async def _append(self, tree: MerkleTree, batch: Sequence[Notification]) -> MerkleTree:
         """The leaves of ``batch``: position, task and version are the stored event's own, not decoded."""
@@ -161,6 +178,7 @@ class Sequencer:
             )
         self.sequenced += grown.size - tree.size
         self.passed_over += len(passed)
+        self.appends += 1
         return grown
 
     async def _sign(self, tree: MerkleTree, wake: asyncio.Event) -> None:

@@ -1,7 +1,9 @@
 """A ``longhaul sequencer`` SIGKILLed while appends go on: the next one leaves every event a leaf once.
 
 A backlog is committed, a sequencer process starts on it while a thread keeps committing, and is
-killed once it has signed a few checkpoints (at whatever point of a batch it then is). A second
+killed once it has signed a few checkpoints (at whatever point of a batch it then is: with a gather
+window longer than the checkpoint interval it spends nearly all its time gathering, so the kill
+comes mid-gather, with events taken but not recorded). A second
 sequencer process takes over from the stored tree and position. Afterwards every event of the
 log is a leaf exactly once, in log order, the tree equals the one recomputed from the stored
 events, and every stored checkpoint verifies with the verifier key, is consistent with the next
@@ -88,7 +90,11 @@ def test_a_sequencer_killed_while_appends_go_on_leaves_every_event_a_leaf_once(
     assert isinstance(log, MerkleLog)
     key_path = cluster.tmp_path / "audit-key"
     key = create_signer_key(key_path, "longhaul/crash-test")
-    options = {"audit_key_file": str(key_path), "checkpoint_interval_seconds": "0.2"}
+    options = {
+        "audit_key_file": str(key_path),
+        "checkpoint_interval_seconds": "0.2",
+        "sequencer_gather_seconds": "5",  # cut by each checkpoint: gathering all the time
+    }
     _commit(store, BACKLOG_TASKS)
 
     stop_commits = threading.Event()

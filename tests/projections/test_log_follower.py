@@ -1,4 +1,5 @@
-"""The relay's way to follow the log: the library's subscription, handed to asyncio in batches."""
+"""The relay's way to follow the log: the library's subscription, handed to asyncio in batches
+(gathered over a window for the sequencer)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,50 @@ async def test_undecoded_batches_are_the_stored_events_of_the_same_positions(
     assert [(e.originator_id, e.originator_version) for e in decoded] == [
         (n.originator_id, n.originator_version) for n in found
     ]
+
+
+async def _submit_spaced(store: TaskApplication, n: int, pause_s: float) -> None:
+    """``n`` commits of one task each, ``pause_s`` apart."""
+    for _ in range(n):
+        await asyncio.to_thread(_submit, store, 1)
+        await asyncio.sleep(pause_s)
+
+
+async def test_a_gather_takes_the_commits_that_arrive_within_it_as_one_batch(
+    postgres_store: TaskApplication,
+) -> None:
+    store = postgres_store
+    loop = asyncio.get_running_loop()
+    with LogFollower(store, after=0, limit=4) as follower:
+        # Without a gather, commits 0.3 s apart come one batch each.
+        committing = asyncio.ensure_future(_submit_spaced(store, 2, 0.3))
+        assert [n.id for n in await follower.next_notifications(WAIT_S)] == [1]
+        assert [n.id for n in await follower.next_notifications(WAIT_S)] == [2]
+        await committing
+        # With one, three commits 0.1 s apart are one batch, returned when the gather time is up.
+        committing = asyncio.ensure_future(_submit_spaced(store, 3, 0.1))
+        began = loop.time()
+        batch = await follower.next_notifications(WAIT_S, gather_s=1.0)
+        assert [n.id for n in batch] == [3, 4, 5]
+        assert loop.time() - began >= 1.0
+        await committing
+        # The batch is still at most ``limit``: a gather ends once it holds that many.
+        committing = asyncio.ensure_future(_submit_spaced(store, 6, 0.05))
+        began = loop.time()
+        batch = await follower.next_notifications(WAIT_S, gather_s=WAIT_S)
+        assert [n.id for n in batch] == [6, 7, 8, 9]
+        assert loop.time() - began < WAIT_S
+        await committing
+        assert [n.id for n in await follower.next_notifications(WAIT_S, gather_s=0.3)] == [10, 11]
+        # ``stop`` ends a gather: what it took is returned, and the next commit is not lost.
+        stop = asyncio.Event()
+        gathering = asyncio.ensure_future(follower.next_notifications(WAIT_S, stop, gather_s=60))
+        await asyncio.to_thread(_submit, store, 1)
+        await asyncio.sleep(0.5)
+        stop.set()
+        assert [n.id for n in await asyncio.wait_for(gathering, WAIT_S)] == [12]
+        await asyncio.to_thread(_submit, store, 1)
+        assert [n.id for n in await follower.next_notifications(WAIT_S)] == [13]
 
 
 async def test_a_failed_subscription_is_raised_by_next_batch(

@@ -1,5 +1,6 @@
-"""The sequencer: a Merkle tree over every event in log order, checkpoints signed at the interval
-when it grew, each published once on NATS for witnesses, by one leader at a time."""
+"""The sequencer: a Merkle tree over every event in log order, appended in gathered batches,
+checkpoints signed at the interval when it grew, each published once on NATS for witnesses, by
+one leader at a time."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from store.merkle_log import MerkleLog, catch_up
 from store.postgres import PostgresRunQueueRecorder
 from store.signed_notes import SignerKey, open_note
 from tests.support.tasks import new_task
-from workers.sequencer import Sequencer, SequencerUnavailableError, checkpoint_headers
+from workers.sequencer import GATHER_S, Sequencer, SequencerUnavailableError, checkpoint_headers
 
 SIGNER = SignerKey.generate("longhaul/sequencer-test")
 INTERVAL = 0.2
@@ -60,8 +61,10 @@ def _log(store: TaskApplication) -> MerkleLog:
     return found
 
 
-def _sequencer(store: TaskApplication, names: NatsNames, interval: float = INTERVAL) -> Sequencer:
-    return Sequencer(store=store, names=names, signer=SIGNER, clock=now, interval=interval)
+def _sequencer(
+    store: TaskApplication, names: NatsNames, interval: float = INTERVAL, gather: float = GATHER_S
+) -> Sequencer:
+    return Sequencer(store=store, names=names, signer=SIGNER, clock=now, interval=interval, gather=gather)
 
 
 def _commit(store: TaskApplication, tasks: int = 2, progress: int = 2) -> None:
@@ -287,6 +290,150 @@ async def test_an_event_without_a_chain_hash_is_passed_over_with_a_warning(
     warned = [r.getMessage() for r in caplog.records if "no chain hash" in r.getMessage()]
     assert len(warned) == 1
     assert "log position 2" in warned[0]
+
+
+async def test_an_event_longhaul_did_not_append_is_passed_over_counted_and_the_sequencer_goes_on(
+    store: TaskApplication, names: NatsNames, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row inserted behind longhaul's back, with a topic and state no mapper can decode, between
+    two tasks' commits: no leaf, one warning, counted; the events after it are leaves."""
+    log = _log(store)
+    sequencer = _sequencer(store, names, gather=0)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="workers.sequencer"):
+        running = asyncio.ensure_future(sequencer.run(stop))
+        try:
+            await _until(lambda: sequencer.leading, "the sequencer to lead")
+            _commit(store, tasks=1, progress=0)
+            await _until(lambda: log.position() == _log_end(store) == 2, "the first task to be sequenced")
+            assert isinstance(store.config, StoreConfig)
+            stranger = UUID(int=7)
+            with psycopg.connect(store.config.database_url, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (originator_id, originator_version, topic, state)"
+                        " VALUES (%s, 1, %s, %s)"
+                    ).format(sql.Identifier(store.config.schema, "longhaul_events")),
+                    (stranger, "not.a.module:NoSuchEvent", b"\xff not json"),
+                )
+            bad = _log_end(store)
+            _commit(store, tasks=1, progress=0)
+            await _until(lambda: log.position() == _log_end(store) == 5, "the second task to be sequenced")
+            _commit(store, tasks=1, progress=0)
+            await _until(lambda: log.position() == _log_end(store) == 7, "the third task to be sequenced")
+        finally:
+            stop.set()
+            await running
+    assert bad == 3
+    assert sequencer.passed_over == 1
+    assert sequencer.sequenced == log.size() == 6
+    assert [leaf.position for leaf in log.leaves()] == [1, 2, 4, 5, 6, 7]
+    assert stranger not in {leaf.task_id for leaf in log.leaves()}
+    warned = [r.getMessage() for r in caplog.records if "passed over" in r.getMessage()]
+    assert len(warned) == 1
+    assert f"log position 3 (task {stranger} version 1): it has no chain hash" in warned[0]
+    assert "sequencer failed" not in caplog.text
+    latest = log.latest_checkpoint()
+    assert latest is not None
+    assert latest.size == 6
+
+
+async def test_a_gather_joins_the_commits_made_within_it_into_one_append(
+    store: TaskApplication, names: NatsNames
+) -> None:
+    log = _log(store)
+    sequencer = _sequencer(store, names, interval=3600, gather=3.0)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(sequencer.run(stop))
+    try:
+        await _until(lambda: sequencer.leading, "the sequencer to lead")
+        for _ in range(5):  # five commits of one task each (4 events), one after the other
+            await asyncio.to_thread(_commit, store, 1)
+        assert log.position() == 0  # taken, gathering: nothing recorded yet
+        await _until(lambda: log.position() == _log_end(store) == 20, "the gathered batch to be appended")
+        assert sequencer.appends == 1
+        assert log.size() == sequencer.sequenced == 20
+        _commit(store, tasks=1)  # a gather starts again at the next event
+        await _until(lambda: log.position() == _log_end(store) == 24, "the next batch")
+        assert sequencer.appends == 2
+    finally:
+        stop.set()
+        await running
+    assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
+
+
+async def test_a_gather_ends_when_the_checkpoint_is_due_and_the_checkpoint_covers_it(
+    store: TaskApplication, names: NatsNames
+) -> None:
+    """A gather window far longer than the interval: each checkpoint is still signed at its
+    interval, after what was gathered until then is appended."""
+    log = _log(store)
+    sequencer = _sequencer(store, names, interval=0.5, gather=600)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(sequencer.run(stop))
+    try:
+        await _until(lambda: sequencer.leading, "the sequencer to lead")
+        for round_ in range(1, 4):
+            _commit(store, tasks=1)
+            await _until(lambda: _covered(log, store), "a checkpoint of what was gathered", seconds=10)
+            assert log.size() == 4 * round_
+            assert sequencer.appends == round_  # one gather each, cut short by the checkpoint
+            assert sequencer.last_signed is not None
+            assert sequencer.last_signed.size == 4 * round_
+    finally:
+        stop.set()
+        await running
+
+
+async def test_a_clean_stop_mid_gather_appends_and_signs_what_was_taken(
+    store: TaskApplication, names: NatsNames
+) -> None:
+    log = _log(store)
+    sequencer = _sequencer(store, names, interval=3600, gather=600)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(sequencer.run(stop))
+    await _until(lambda: sequencer.leading, "the sequencer to lead")
+    _commit(store, tasks=2)
+    await asyncio.sleep(0.5)  # taken by now, and gathering for ten minutes
+    assert log.position() == 0
+    stop.set()
+    await asyncio.wait_for(running, 10)  # the gather does not hold the stop
+    assert log.position() == _log_end(store) == 8
+    latest = log.latest_checkpoint()
+    assert latest is not None
+    assert latest.size == log.size() == 8
+    assert sequencer.appends == sequencer.signed == sequencer.published == 1
+
+
+async def test_a_sequencer_that_dies_mid_gather_loses_nothing(
+    store: TaskApplication, names: NatsNames
+) -> None:
+    """Cancelled while it gathers (no clean stop: nothing appended, nothing signed), the next
+    sequencer takes the same events again from the stored position: each a leaf once."""
+    log = _log(store)
+    _commit(store, tasks=1)
+    before = catch_up(log, store.recorder.select_notifications, SIGNER, now())  # a tree of 4 leaves
+    assert before is not None
+    first = _sequencer(store, names, interval=3600, gather=600)
+    running = asyncio.ensure_future(first.run(asyncio.Event()))
+    await _until(lambda: first.leading, "the sequencer to lead")
+    _commit(store, tasks=1)
+    await asyncio.sleep(0.5)  # taken by now, and gathering for ten minutes
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert first.appends == first.signed == 0
+    assert log.position() == log.size() == 4  # what it gathered was not recorded
+    assert log.latest_checkpoint() == before
+    second = _sequencer(store, names, interval=3600, gather=0)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(second.run(stop))
+    await _until(lambda: log.position() == _log_end(store) == 8, "the second to take over")
+    stop.set()
+    await running
+    assert second.sequenced == 4
+    assert [leaf.position for leaf in log.leaves()] == list(range(1, 9))
+    assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
 
 
 def test_a_sequencer_over_an_in_memory_store_refuses_to_start(names: NatsNames) -> None:
