@@ -1,5 +1,8 @@
 """CPU seconds spent over a window of a benchmark: a server's, the machine's PostgreSQL's, the client's.
 
+The one place a benchmark reads CPU time: of a process it started (``tree_cpu_seconds``), of
+itself (``this_process_seconds``), of PostgreSQL and of the machine.
+
 All of it is read from ``/proc`` through psutil (``/proc/<pid>/stat``: utime + stime, and cutime +
 cstime, the time of the children a process waited for; ``/proc/stat`` for the whole machine):
 
@@ -9,7 +12,8 @@ cstime, the time of the children a process waited for; ``/proc/stat`` for the wh
   waits for each backend that ends), so it is **the whole machine's PostgreSQL**: every database
   and every other engineer's work on it, not one benchmark's; None when no such process is
   visible (a server on another host);
-- the client: this process (the load client of ``bench.a2a_compare``);
+- the client: this process (the load client of ``bench.a2a_compare``), every thread of it
+  (``time.process_time``: the kernel's per-process clock, finer than ``/proc``'s ticks);
 - the machine: every core's busy time (all but idle and iowait), everyone's.
 
 A process that ends between the listing and its reading is left out of that reading.
@@ -17,7 +21,6 @@ A process that ends between the listing and its reading is left out of that read
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -58,6 +61,11 @@ def postgres_cpu_seconds() -> float | None:
     return total if seen else None
 
 
+def this_process_seconds() -> float:
+    """This process's user + system CPU seconds so far, every thread's (not its children's)."""
+    return time.process_time()
+
+
 def busy_cpu_seconds() -> float:
     """The machine's busy CPU seconds, summed over its cores (idle and iowait left out)."""
     times = psutil.cpu_times()
@@ -76,12 +84,11 @@ class Reading:
 
 
 def read(server_pid: int) -> Reading:
-    client = os.times()
     return Reading(
         at=time.perf_counter(),
         server=tree_cpu_seconds(server_pid),
         postgres=postgres_cpu_seconds(),
-        client=client.user + client.system,
+        client=this_process_seconds(),
         machine=busy_cpu_seconds(),
     )
 
