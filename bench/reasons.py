@@ -38,7 +38,7 @@ def a2a_row(results: Mapping[str, Any], mode: str, c: int, server: str) -> Mappi
 
 @dataclass(frozen=True)
 class Cpu:
-    """A row's CPU figures (``bench.a2a_compare.cpu_summary``); PostgreSQL's None when not visible."""
+    """A row's CPU figures (``bench.a2a_report.cpu_summary``); PostgreSQL's None when not visible."""
 
     ms: float
     cores: float

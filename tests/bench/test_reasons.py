@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.a2a_compare import Round, cpu_summary, summarise
+from bench.a2a_load import Round
+from bench.a2a_report import cpu_summary, summarise
 from bench.reasons import ONE_CORE, REQUEST_PROFILE, SATURATED, STREAM_PROFILE, TIMES
 from bench.targets import WHY_HEADING, markdown
 from bench.verdicts import decide, decide_all
@@ -30,7 +31,7 @@ def cpu(
     client: float = 0.1,
     busy: float = 1.2,
 ) -> dict[str, Any]:
-    """The CPU keys of a row, as ``bench.a2a_compare.cpu_summary`` adds them."""
+    """The CPU keys of a row, as ``bench.a2a_report.cpu_summary`` adds them."""
     return {
         "cpu_ms_per_request": ms,
         "server_cores": cores,
