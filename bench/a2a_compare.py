@@ -27,6 +27,9 @@ kernel's ``TcpExtListenOverflows`` (``/proc/net/netstat``, the whole machine) ov
 
 CPU over each round's timed window (``bench.process_cpu``, from ``/proc``), per completed request
 (or stream) of the window: ``cpu_ms_per_request``, the server's process and its children's;
+``server_postgres_cpu_ms_per_request``, the PostgreSQL backends serving the server's
+connections (found through one monitor connection at each end of the window; backends that
+ended inside it are counted in ``server_postgres_ended``, not in the figure: a lower bound);
 ``postgres_cpu_ms_per_request``, every ``postgres`` process of the machine's (the whole machine's
 PostgreSQL, whoever uses it, not this server's alone); ``client_cpu_ms_per_request``, the load
 client's (this process). ``*_cores`` are the same seconds over the window's wall seconds, and
@@ -54,6 +57,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from bench.a2a_load import NoStreamError, Round, run_round
 from bench.a2a_report import TABLE_HEADERS, against_c16, cpu_summary, rows_of, summarise
@@ -126,9 +131,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unsupported: set[tuple[str, str]] = set()
     info = machine_info(args.database_url)
     overflows_before = listen_overflows()
-    with servers(
-        args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree, settings
-    ) as urls:
+    with (
+        psycopg.connect(args.database_url, autocommit=True) as monitor,  # the servers' backends
+        servers(
+            args.servers, args.database_url, folder, args.worker_concurrency, args.baseline_tree, settings
+        ) as urls,
+    ):
         for number in range(args.rounds):
             for mode in args.modes:
                 for c in args.concurrency:
@@ -144,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                     args.seconds,
                                     client_per_caller=args.client_per_caller,
                                     server_pid=pid,
+                                    monitor=monitor,
                                 )
                             )
                         except NoStreamError as error:
@@ -184,7 +193,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "listen_overflows": None
         if overflows_before is None or overflows_after is None
         else overflows_after - overflows_before,
-        "cpu": "per completed request over each round's timed window; postgres_*: every postgres "
+        "cpu": "per completed request over each round's timed window; server_postgres_*: the "
+        "PostgreSQL backends of the server's own connections (server_postgres_ended: backends that "
+        "ended inside a window, not counted); postgres_*: every postgres "
         "process of the machine (the whole machine's PostgreSQL); *_cores: CPU seconds over wall "
         "seconds; machine_busy_cores: everyone's, of machine.nproc (bench.process_cpu)",
         "results": results,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psycopg
+from psycopg.rows import TupleRow
 
 from bench.process_cpu import read, spent
 
@@ -139,11 +141,13 @@ async def run_round(
     *,
     client_per_caller: bool = False,
     server_pid: int | None = None,
+    monitor: psycopg.Connection[TupleRow] | None = None,
 ) -> Round:
     """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
 
     With ``server_pid``, the CPU spent over the timed part (``Round.cpu``): that process's (and
-    its children's), the machine's PostgreSQL's, this client's and the machine's.
+    its children's), with a ``monitor`` connection its own PostgreSQL backends', the machine's
+    PostgreSQL's, this client's and the machine's (``bench.process_cpu``).
 
     Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
     scans every connection and every waiting request on each request: O(clients) per request), or,
@@ -192,10 +196,10 @@ async def run_round(
                     break
 
         await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
-        before = None if server_pid is None else read(server_pid)
+        before = None if server_pid is None else read(server_pid, monitor)
         started = time.perf_counter()
         await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
         sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
         if before is not None and server_pid is not None:
-            sample.cpu = spent(before, read(server_pid))
+            sample.cpu = spent(before, read(server_pid, monitor))
     return sample

@@ -43,6 +43,7 @@ def summarise(rounds: list[Round]) -> dict[str, Any]:
 
 CPU_KEYS = {
     "server": ("cpu_ms_per_request", "server_cores"),
+    "server_postgres": ("server_postgres_cpu_ms_per_request", "server_postgres_cores"),
     "postgres": ("postgres_cpu_ms_per_request", "postgres_cores"),
     "client": ("client_cpu_ms_per_request", "client_cores"),
 }
@@ -53,7 +54,9 @@ def cpu_summary(rounds: list[Round]) -> dict[str, Any]:
     """CPU ms per completed request and cores busy over the rounds' timed windows (module doc).
 
     Empty when no round measured CPU; a figure is None when a round could not read it (no
-    ``postgres`` process visible).
+    ``postgres`` process visible; the server's own backends not read). ``server_postgres_ended``:
+    the server's backends that ended inside a window (their CPU there is not in
+    ``server_postgres_*``, only in the whole machine's ``postgres_*``), over all the rounds.
     """
     measured = [r for r in rounds if r.cpu]
     answered = sum(len(r.seconds) for r in measured)
@@ -62,25 +65,38 @@ def cpu_summary(rounds: list[Round]) -> dict[str, Any]:
         return {}
     summary: dict[str, Any] = {"cpu_window_seconds": round(wall, 2)}
     for key, (per_request, cores) in CPU_KEYS.items():
-        values = [r.cpu[key] for r in measured]
+        values = [r.cpu.get(key) for r in measured]
         total = None if any(v is None for v in values) else sum(v or 0.0 for v in values)
         summary[per_request] = None if total is None else round(1000 * total / answered, 2)
         summary[cores] = None if total is None else round(total / wall, 2)
     summary["machine_busy_cores"] = round(sum(r.cpu["machine"] or 0.0 for r in measured) / wall, 2)
+    if summary["server_postgres_cpu_ms_per_request"] is not None:
+        summary["server_postgres_ended"] = int(sum(r.cpu.get("server_postgres_ended") or 0 for r in measured))
     return summary
 
 
 def cpu_text(s: dict[str, Any]) -> tuple[str, str]:
-    """The table's CPU cells: ms per request (server / PostgreSQL), cores (server / PG / client / all)."""
+    """The table's CPU cells: ms per request (server / its PostgreSQL backends / the machine's
+    PostgreSQL), cores (server / its backends / the machine's PG / client / all)."""
     if "cpu_ms_per_request" not in s:
         return "", ""
 
     def figure(value: float | None) -> str:
         return "?" if value is None else f"{value:.2f}"
 
-    per_request = f"{figure(s['cpu_ms_per_request'])} / {figure(s['postgres_cpu_ms_per_request'])}"
+    per_request = " / ".join(
+        figure(s.get(k))
+        for k in ("cpu_ms_per_request", "server_postgres_cpu_ms_per_request", "postgres_cpu_ms_per_request")
+    )
     cores = " / ".join(
-        figure(s[k]) for k in ("server_cores", "postgres_cores", "client_cores", "machine_busy_cores")
+        figure(s.get(k))
+        for k in (
+            "server_cores",
+            "server_postgres_cores",
+            "postgres_cores",
+            "client_cores",
+            "machine_busy_cores",
+        )
     )
     return per_request, cores
 
@@ -148,6 +164,6 @@ TABLE_HEADERS = [
     "refused",
     "to success p50/p99 ms",
     "req/s ÷ its c=16",
-    "CPU ms/req: server / PostgreSQL",
-    "cores: server / PG / client / machine",
+    "CPU ms/req: server / its PG backends / all PG",
+    "cores: server / its PG / all PG / client / machine",
 ]
