@@ -3,7 +3,7 @@ machine's PostgreSQL's, the client's.
 
 The one place a benchmark reads CPU time: of a process it started (``tree_cpu_seconds``), of
 itself (``this_process_seconds``), of the PostgreSQL backends serving a process
-(``server_backends``, ``backend_cpu_seconds``), of all of PostgreSQL and of the machine.
+(``server_backends``, read in the same pass as all of PostgreSQL) and of the machine.
 
 All of it is read from ``/proc`` through psutil (``/proc/<pid>/stat``: utime + stime, and cutime +
 cstime, the time of the children a process waited for; ``/proc/stat`` for the whole machine):
@@ -74,18 +74,23 @@ def this_process_seconds() -> float:
     return time.process_time()
 
 
-def postgres_cpu_seconds() -> float | None:
-    """The CPU seconds of every ``postgres`` process on the machine; None if none is visible."""
-    total, seen = 0.0, False
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """The CPU seconds of every ``postgres`` process on the machine (see the module), by pid."""
+    seconds = {}
     for process in psutil.process_iter(["name"]):
         if process.info["name"] != POSTGRES:
             continue
         try:
-            total += own_and_children(process)
+            seconds[process.pid] = own_and_children(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        seen = True
-    return total if seen else None
+    return seconds
+
+
+def postgres_cpu_seconds() -> float | None:
+    """The CPU seconds of every ``postgres`` process on the machine; None if none is visible."""
+    seconds = postgres_cpu_by_pid()
+    return sum(seconds.values()) if seconds else None
 
 
 def address(ip: str) -> str:
@@ -117,17 +122,6 @@ def server_backends(monitor: psycopg.Connection[TupleRow], pid: int) -> set[int]
     return {int(backend) for backend, ip, port in rows if (ip, port) in ends}
 
 
-def backend_cpu_seconds(pids: set[int]) -> dict[int, float]:
-    """Each backend's CPU seconds so far; one that ended (or is not visible) is left out."""
-    seconds = {}
-    for pid in pids:
-        try:
-            seconds[pid] = own_and_children(psutil.Process(pid))
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return seconds
-
-
 def busy_cpu_seconds() -> float:
     """The machine's busy CPU seconds, summed over its cores (idle and iowait left out)."""
     times = psutil.cpu_times()
@@ -147,13 +141,17 @@ class Reading:
 
 
 def read(server_pid: int, monitor: psycopg.Connection[TupleRow] | None = None) -> Reading:
-    """The counters now; the server's PostgreSQL backends' only with a ``monitor`` connection."""
+    """The counters now; the server's PostgreSQL backends' only with a ``monitor`` connection.
+
+    The server's backends are read in the same pass as the whole machine's PostgreSQL (a backend
+    that ended, or is not visible, is left out of both), so that their figure is part of it."""
     backends = None if monitor is None else server_backends(monitor, server_pid)
+    postgres = postgres_cpu_by_pid()
     return Reading(
         at=time.perf_counter(),
         server=tree_cpu_seconds(server_pid),
-        server_postgres=None if backends is None else backend_cpu_seconds(backends),
-        postgres=postgres_cpu_seconds(),
+        server_postgres=None if backends is None else {p: postgres[p] for p in backends if p in postgres},
+        postgres=sum(postgres.values()) if postgres else None,
         client=this_process_seconds(),
         machine=busy_cpu_seconds(),
     )
