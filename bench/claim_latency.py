@@ -8,7 +8,7 @@ paused (INPUT_REQUIRED) tasks; claims alternate between them, so both see the sa
 noise; the ratio of the two p99s is the figure (target <= 2).
 
 Then one worker process (``bench.instrumented_worker``: the CLI worker with counters) idles on
-each store while every task is paused: its CPU time (psutil) over ``--idle-seconds`` gives CPU
+each store while every task is paused: its CPU time (`bench.process_cpu`) over ``--idle-seconds`` gives CPU
 seconds per second, with the number of run-queue claim queries it made per second. A last
 window repeats the 100,000 case while another schema of the same database appends
 (``--foreign-rate``/s): the store's NOTIFY channel is named after the table, not the schema.
@@ -28,7 +28,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 from psycopg import sql
 
@@ -42,6 +41,7 @@ from bench.common import (
     utc_now,
     write_results,
 )
+from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
 from store.application import TaskApplication
@@ -176,17 +176,16 @@ def idle_cpu(
         if foreign_rate:
             noise.start()
         time.sleep(args.settle_seconds)
-        proc = psutil.Process(worker.pid)
-        s0, c0, t0, n0 = read_stats(stats_path), proc.cpu_times(), time.monotonic(), counter[0]
+        s0, c0, t0, n0 = read_stats(stats_path), tree_cpu_seconds(worker.pid), time.monotonic(), counter[0]
         time.sleep(args.idle_seconds)
         time.sleep(0.6)  # one more stats dump covers the window
-        s1, c1, t1, n1 = read_stats(stats_path), proc.cpu_times(), time.monotonic(), counter[0]
+        s1, c1, t1, n1 = read_stats(stats_path), tree_cpu_seconds(worker.pid), time.monotonic(), counter[0]
     finally:
         stop.set()
         if noise.is_alive():
             noise.join(10)
         worker.stop()
-    cpu = (c1.user + c1.system) - (c0.user + c0.system)
+    cpu = c1 - c0
     key = "run_queue.claimable.calls"
     return {
         "seconds": t1 - t0,

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from bench.common import (
     REPO_ROOT,
@@ -35,6 +34,7 @@ from bench.common import (
     table,
     write_results,
 )
+from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 
 VARIANTS = {"longhaul": ["longhaul.cli", "gateway"], "before (no TCP_NODELAY)": ["bench.delayed_ack_gateway"]}
@@ -135,16 +135,15 @@ def main() -> None:
         }
         try:
             clients = {v: httpx.Client(base_url=f"http://127.0.0.1:{ports[v]}", timeout=30) for v in variants}
-            gateway_cpu = {v: psutil.Process(gateways[v].pid) for v in variants}
             for _ in range(args.rounds):
                 for mode in ("returnImmediately", "blocking"):
                     for variant, client in clients.items():  # interleaved: every round visits each
                         one_round(client, 5, immediately=mode == "returnImmediately")  # warm the connection
-                        cpu_before = sum(gateway_cpu[variant].cpu_times()[:2])
+                        cpu_before = tree_cpu_seconds(gateways[variant].pid)
                         results[variant][mode] += one_round(
                             client, args.requests, immediately=mode == "returnImmediately"
                         )
-                        cpu_s[variant][mode] += sum(gateway_cpu[variant].cpu_times()[:2]) - cpu_before
+                        cpu_s[variant][mode] += tree_cpu_seconds(gateways[variant].pid) - cpu_before
             for client in clients.values():
                 client.close()
         finally:

@@ -1,15 +1,32 @@
-"""CPU seconds spent over a window of a benchmark: a server's, the machine's PostgreSQL's, the client's.
+"""CPU seconds spent over a window of a benchmark: a server's, its PostgreSQL backends', the
+machine's PostgreSQL's, the client's.
+
+The one place a benchmark reads CPU time: of a process it started (``tree_cpu_seconds``), of
+itself (``this_process_seconds``), of the PostgreSQL backends serving a process
+(``server_backends``, read in the same pass as all of PostgreSQL) and of the machine.
 
 All of it is read from ``/proc`` through psutil (``/proc/<pid>/stat``: utime + stime, and cutime +
 cstime, the time of the children a process waited for; ``/proc/stat`` for the whole machine):
 
 - the server: the process and every descendant alive at the reading, each with its waited-for
   children, so a child that ended inside the window is still counted once;
+- the server's PostgreSQL: the backends that serve the server's process tree, found at each
+  reading: the local (address, port) of each of the tree's TCP connections
+  (``net_connections``) matched to ``pg_stat_activity``'s (``client_addr``, ``client_port``).
+  A backend found at the window's end counts what it spent since the start (all of it if it
+  started inside the window); a backend found at the start and gone at the end (its connection
+  closed) is counted in ``server_postgres_ended``, not in the figure: what it spent inside the
+  window went to the postmaster's waited-for children, which only the whole-machine figure
+  holds. A backend that started and ended inside the window is not seen at all. So the figure
+  is a lower bound, exact when the server keeps its connections (a pool) over the window. The
+  monitor connection's host is the server's (the same database URL): over a unix socket
+  (``pg_stat_activity.client_port`` -1) nothing can be matched and the figure is None;
 - PostgreSQL: every process named ``postgres`` on the machine, the same way (the postmaster
   waits for each backend that ends), so it is **the whole machine's PostgreSQL**: every database
   and every other engineer's work on it, not one benchmark's; None when no such process is
   visible (a server on another host);
-- the client: this process (the load client of ``bench.a2a_compare``);
+- the client: this process (the load client of ``bench.a2a_compare``), every thread of it
+  (``time.process_time``: the kernel's per-process clock, finer than ``/proc``'s ticks);
 - the machine: every core's busy time (all but idle and iowait), everyone's.
 
 A process that ends between the listing and its reading is left out of that reading.
@@ -17,13 +34,15 @@ A process that ends between the listing and its reading is left out of that read
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 import psutil
+import psycopg
+from psycopg.rows import TupleRow
 
 POSTGRES = "postgres"
+IPV4_MAPPED = "::ffff:"
 
 
 def own_and_children(process: psutil.Process) -> float:
@@ -32,30 +51,75 @@ def own_and_children(process: psutil.Process) -> float:
     return float(times.user + times.system + times.children_user + times.children_system)
 
 
+def tree(pid: int) -> list[psutil.Process]:
+    """Process ``pid`` and its descendants alive now."""
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """The CPU seconds of process ``pid`` and of its descendants alive now (see the module)."""
-    root = psutil.Process(pid)
-    total = own_and_children(root)
-    for child in root.children(recursive=True):
+    total = 0.0
+    for process in tree(pid):
         try:
-            total += own_and_children(child)
+            total += own_and_children(process)
         except psutil.NoSuchProcess:
-            continue
+            if process.pid == pid:
+                raise
     return total
 
 
-def postgres_cpu_seconds() -> float | None:
-    """The CPU seconds of every ``postgres`` process on the machine; None if none is visible."""
-    total, seen = 0.0, False
+def this_process_seconds() -> float:
+    """This process's user + system CPU seconds so far, every thread's (not its children's)."""
+    return time.process_time()
+
+
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """The CPU seconds of every ``postgres`` process on the machine (see the module), by pid."""
+    seconds = {}
     for process in psutil.process_iter(["name"]):
         if process.info["name"] != POSTGRES:
             continue
         try:
-            total += own_and_children(process)
+            seconds[process.pid] = own_and_children(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        seen = True
-    return total if seen else None
+    return seconds
+
+
+def postgres_cpu_seconds() -> float | None:
+    """The CPU seconds of every ``postgres`` process on the machine; None if none is visible."""
+    seconds = postgres_cpu_by_pid()
+    return sum(seconds.values()) if seconds else None
+
+
+def address(ip: str) -> str:
+    """An IPv4 address as PostgreSQL's ``host(client_addr)`` writes it (no ``::ffff:`` prefix)."""
+    return ip.removeprefix(IPV4_MAPPED)
+
+
+def local_ends(pid: int) -> set[tuple[str, int]]:
+    """The local (address, port) of every TCP connection of process ``pid`` and its descendants."""
+    ends = set()
+    for process in tree(pid):
+        try:
+            connections = process.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        ends |= {(address(c.laddr.ip), c.laddr.port) for c in connections if c.raddr}
+    return ends
+
+
+def server_backends(monitor: psycopg.Connection[TupleRow], pid: int) -> set[int] | None:
+    """The pids of the PostgreSQL backends serving process ``pid``'s tree now (see the module);
+    None when ``monitor`` (autocommit: a fresh ``pg_stat_activity`` each call) is on a unix socket."""
+    if monitor.info.host.startswith("/"):
+        return None
+    ends = local_ends(pid)
+    rows = monitor.execute(
+        "SELECT pid, host(client_addr), client_port FROM pg_stat_activity WHERE client_port > 0"
+    ).fetchall()
+    return {int(backend) for backend, ip, port in rows if (ip, port) in ends}
 
 
 def busy_cpu_seconds() -> float:
@@ -70,29 +134,58 @@ class Reading:
 
     at: float
     server: float
+    server_postgres: dict[int, float] | None  # by backend pid; None: not read
     postgres: float | None
     client: float
     machine: float
 
 
-def read(server_pid: int) -> Reading:
-    client = os.times()
+def read(server_pid: int, monitor: psycopg.Connection[TupleRow] | None = None) -> Reading:
+    """The counters now; the server's PostgreSQL backends' only with a ``monitor`` connection.
+
+    The server's backends are read in the same pass as the whole machine's PostgreSQL (a backend
+    that ended, or is not visible, is left out of both), so that their figure is part of it."""
+    backends = None if monitor is None else server_backends(monitor, server_pid)
+    postgres = postgres_cpu_by_pid()
     return Reading(
         at=time.perf_counter(),
         server=tree_cpu_seconds(server_pid),
-        postgres=postgres_cpu_seconds(),
-        client=client.user + client.system,
+        server_postgres=None if backends is None else {p: postgres[p] for p in backends if p in postgres},
+        postgres=sum(postgres.values()) if postgres else None,
+        client=this_process_seconds(),
         machine=busy_cpu_seconds(),
     )
+
+
+def backends_spent(before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """The server's backends' CPU seconds between two readings, and how many came and went.
+
+    A backend of ``after`` counts ``after - before``, all of it when it is new (or when its pid
+    was taken again by a new backend: less than before); one of ``before`` only is ``ended``.
+    """
+    seconds = 0.0
+    for pid, now in after.items():
+        then = before.get(pid, 0.0)
+        seconds += now - then if now >= then else now
+    return {
+        "server_postgres": seconds,
+        "server_postgres_backends": float(len(after)),
+        "server_postgres_started": float(len(after.keys() - before.keys())),
+        "server_postgres_ended": float(len(before.keys() - after.keys())),
+    }
 
 
 def spent(before: Reading, after: Reading) -> dict[str, float | None]:
     """The CPU seconds of each between two readings, and the window's wall seconds."""
     postgres = None if before.postgres is None or after.postgres is None else after.postgres - before.postgres
-    return {
+    window: dict[str, float | None] = {
         "seconds": after.at - before.at,
         "server": after.server - before.server,
+        "server_postgres": None,
         "postgres": postgres,
         "client": after.client - before.client,
         "machine": after.machine - before.machine,
     }
+    if before.server_postgres is not None and after.server_postgres is not None:
+        window |= backends_spent(before.server_postgres, after.server_postgres)
+    return window

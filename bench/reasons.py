@@ -1,12 +1,17 @@
 """Why a target of ``bench.verdicts`` was missed (or came within 30 %), from the run's own figures.
 
 The ``a2a`` targets' reasons are computed from ``bench.a2a_compare``'s results: its CPU per
-answered request over the timed windows (the server's process, the whole machine's PostgreSQL,
-the load client), the cores busy (``machine_busy_cores`` of ``machine.nproc``: everyone's), the
-429 answers and the rates. Where those figures cannot tell what held a figure back, the reason
-says so and names the profile in ``docs/benchmarks.md`` §11 that goes hop by hop. Results from
-before the CPU was measured get "not measured". A part whose results hold nothing that tells
-why (``not_told``) says so and names the doc's section. Nothing here starts a process or opens a connection.
+answered request over the timed windows (the server's process, its own PostgreSQL backends
+where the results have them, the whole machine's PostgreSQL, the load client), the cores busy
+(``machine_busy_cores`` of ``machine.nproc``: everyone's), the 429 answers and the rates. "Its
+own PostgreSQL backends" are the backends of the server's connections (``server_postgres_*``, a
+lower bound: see ``bench.process_cpu``); "the machine's PostgreSQL" is every ``postgres``
+process (``postgres_*``), whoever used it. Results from before the server's own backends were
+measured give the machine's figure alone, worded as then. Where those figures cannot tell what
+held a figure back, the reason says so and names the profile in ``docs/benchmarks.md`` §11 that
+goes hop by hop. Results from before the CPU was measured get "not measured". A part whose
+results hold nothing that tells why (``not_told``) says so and names the doc's section. Nothing
+here starts a process or opens a connection.
 """
 
 from __future__ import annotations
@@ -38,12 +43,15 @@ def a2a_row(results: Mapping[str, Any], mode: str, c: int, server: str) -> Mappi
 
 @dataclass(frozen=True)
 class Cpu:
-    """A row's CPU figures (``bench.a2a_compare.cpu_summary``); PostgreSQL's None when not visible."""
+    """A row's CPU figures (``bench.a2a_report.cpu_summary``); PostgreSQL's None when not visible,
+    the server's own backends' (``server_postgres_*``) None too when the results have none."""
 
     ms: float
     cores: float
     postgres_ms: float | None
     postgres_cores: float | None
+    server_postgres_ms: float | None
+    server_postgres_cores: float | None
     client_cores: float
     busy_cores: float
 
@@ -56,6 +64,8 @@ def cpu_of(row: Mapping[str, Any] | None) -> Cpu | None:
         cores=row["server_cores"],
         postgres_ms=row.get("postgres_cpu_ms_per_request"),
         postgres_cores=row.get("postgres_cores"),
+        server_postgres_ms=row.get("server_postgres_cpu_ms_per_request"),
+        server_postgres_cores=row.get("server_postgres_cores"),
         client_cores=row.get("client_cores") or 0.0,
         busy_cores=row.get("machine_busy_cores") or 0.0,
     )
@@ -73,6 +83,10 @@ def uses(cpu: Cpu, theirs: Mapping[str, Any] | None, server: str | None, unit: s
         text += f" ({SDK[server]} server {other.ms:.1f} ms)"
     if cpu.postgres_ms is None:
         return text + "; PostgreSQL's CPU not visible from this machine"
+    if cpu.server_postgres_ms is not None:
+        text += f"; its own PostgreSQL backends {cpu.server_postgres_ms:.1f} ms per {unit}"
+        if server is not None and other is not None and other.server_postgres_ms is not None:
+            text += f", the {SDK[server]} server's {other.server_postgres_ms:.1f} ms"
     text += f"; the machine's PostgreSQL {cpu.postgres_ms:.1f} ms per longhaul {unit}"
     if server is not None and other is not None and other.postgres_ms is not None:
         text += f", {other.postgres_ms:.1f} ms per {SDK[server]} {unit}"
@@ -86,9 +100,14 @@ def saturation(results: Mapping[str, Any], cpu: Cpu) -> list[str]:
         return []
     postgres = cpu.postgres_cores or 0.0
     rest = max(0.0, cpu.busy_cores - cpu.cores - postgres - cpu.client_cores)
+    if cpu.server_postgres_cores is None:
+        who = f"PostgreSQL {postgres:.2f}"
+    else:
+        others = max(0.0, postgres - cpu.server_postgres_cores)
+        who = f"its PostgreSQL backends {cpu.server_postgres_cores:.2f}, the rest of PostgreSQL {others:.2f}"
     text = (
         f"the machine's {nproc} cores were saturated: {cpu.busy_cores:.2f} busy on average "
-        f"(longhaul up {cpu.cores:.2f}, PostgreSQL {postgres:.2f}, the load client "
+        f"(longhaul up {cpu.cores:.2f}, {who}, the load client "
         f"{cpu.client_cores:.2f}, everything else {rest:.2f})"
     )
     return [text]
@@ -124,12 +143,16 @@ def per_request_budget(target_per_s: float, cpu: Cpu) -> str:
 
 def machine_budget(target_per_s: float, cpu: Cpu, nproc: int | None) -> str | None:
     """What the target's rate needs of the machine's cores at the CPU ``up`` and PostgreSQL
-    used per request together; None when PostgreSQL's CPU or the machine's cores are unknown."""
+    used per request together (its own backends where measured, else the machine's PostgreSQL);
+    None when PostgreSQL's CPU or the machine's cores are unknown."""
     if cpu.postgres_ms is None or not nproc:
         return None
-    both = cpu.ms + cpu.postgres_ms
+    if cpu.server_postgres_ms is None:
+        both, postgres = cpu.ms + cpu.postgres_ms, "the machine's PostgreSQL"
+    else:
+        both, postgres = cpu.ms + cpu.server_postgres_ms, "its own PostgreSQL backends"
     return (
-        f"longhaul up and the machine's PostgreSQL together used {both:.1f} ms of CPU per request: "
+        f"longhaul up and {postgres} together used {both:.1f} ms of CPU per request: "
         f"{target_per_s:.0f} req/s at that cost needs {target_per_s * both / 1000:.1f} cores, "
         f"the machine has {nproc}"
     )

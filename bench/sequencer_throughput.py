@@ -5,8 +5,8 @@ is sequenced from an empty Merkle log by ``workers.sequencer.Sequencer`` (leaves
 position written per batch, one checkpoint signed at the end), in rounds interleaved with the
 same-run baseline: the relay publishing the same backlog to a fresh JetStream stream (the other
 follower of the log, on the same ``LogFollower`` machinery). Reported: events/s and the CPU
-seconds of this process per 1,000 events (``time.process_time``, every thread), medians over
-the rounds, and the ratio sequencer / relay.
+seconds of this process per 1,000 events (``bench.process_cpu.this_process_seconds``, every
+thread), medians over the rounds, and the ratio sequencer / relay.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from bench.common import base_parser, delete_stream, fresh_schema, machine_info, table, write_results
+from bench.process_cpu import this_process_seconds
 from bench.relay_throughput import DEFAULT_NATS_URL, _backlog, _names
 from projections.subjects import NatsNames
 from store.application import TaskApplication
@@ -41,14 +42,14 @@ def _reset_merkle_log(database_url: str, schema: str) -> None:
 async def _timed(run: Any, done: Any) -> tuple[float, float]:
     """Wall and CPU seconds from the start of ``run(stop)`` until ``done()``; then it is stopped."""
     stop = asyncio.Event()
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), this_process_seconds()
     running = asyncio.ensure_future(run(stop))
     while not done():
         await asyncio.sleep(0.005)
         if running.done():
             await running
             raise RuntimeError("stopped early")
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - wall, this_process_seconds() - cpu
     stop.set()
     await running
     return wall, cpu

@@ -60,6 +60,7 @@ from bench.common import (
     utc_now,
     write_results,
 )
+from bench.process_cpu import tree_cpu_seconds
 from bench.webhook_latency import Arrivals, Watcher, _commit, service_env, start, stop, wait_for
 from domain.task import Task
 from store.application import TaskApplication
@@ -159,11 +160,6 @@ def memory(pid: int) -> dict[str, int]:
     except (psutil.AccessDenied, AttributeError):
         rss = int(process.memory_info().rss)
         return {"uss": rss, "rss": rss}
-
-
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds a process has used so far."""
-    return float(sum(psutil.Process(pid).cpu_times()[:2]))
 
 
 def wait_serving(base: str, gateway: subprocess.Popen[bytes], log: Path) -> None:
@@ -314,13 +310,13 @@ def run_phase(
         clients = Clients(base, tasks, processes, args.open_at_once)
         clients.wait_ready()
         open_s = time.monotonic() - opening
-        cpu_at_idle = cpu_of(gateway.pid)
+        cpu_at_idle = tree_cpu_seconds(gateway.pid)
         time.sleep(IDLE_S)
-        idle_cpu = cpu_of(gateway.pid) - cpu_at_idle
+        idle_cpu = tree_cpu_seconds(gateway.pid) - cpu_at_idle
         idle = memory(gateway.pid)
         watcher.thread.start()
         watcher.ready.wait(30)
-        cpu_at_start = cpu_of(gateway.pid)
+        cpu_at_start = tree_cpu_seconds(gateway.pid)
         spy = record(args.py_spy, gateway.pid, name, args.seconds) if args.py_spy else None
         shares = [tasks[i::SUBMITTERS] for i in range(SUBMITTERS)]
         began = time.monotonic()
@@ -336,7 +332,7 @@ def run_phase(
         for thread in submitters:
             thread.join()
         load_s = time.monotonic() - began
-        gateway_cpu = cpu_of(gateway.pid) - cpu_at_start
+        gateway_cpu = tree_cpu_seconds(gateway.pid) - cpu_at_start
         if spy is not None:
             spy.wait(60)
         loaded = memory(gateway.pid)
@@ -512,7 +508,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 phase = run_phase(args, store, env, logs, streams, tree, name)
                 print_phase(phase)
                 phases.append(phase)
-            relay_cpu = round(cpu_of(relay.pid), 2)
+            relay_cpu = round(tree_cpu_seconds(relay.pid), 2)
         finally:
             stop(relay)
             store.close()

@@ -29,7 +29,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 from eventsourcing.utils import get_topic
 from psycopg import sql
@@ -44,6 +43,7 @@ from bench.common import (
     write_results,
 )
 from bench.noop_skills import noop_skill_name
+from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
 from store.application import TaskApplication
@@ -361,8 +361,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
     try:
         for worker in workers:
             worker.wait_started()
-        procs = [psutil.Process(w.pid) for w in workers]
-        cpu0 = [p.cpu_times() for p in procs]
+        cpu0 = [tree_cpu_seconds(w.pid) for w in workers]
         xact0, rollback0 = xact_counts(monitor)
         if args.py_spy:
             spy = start_py_spy(args.py_spy, workers[0].pid)
@@ -381,7 +380,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         if sampler is not None:
             sampler.halt.set()
             sampler.join(5)
-        cpu1 = [p.cpu_times() for p in procs]
+        cpu1 = [tree_cpu_seconds(w.pid) for w in workers]
         xact1, rollback1 = xact_counts(monitor)
         if done < args.tasks:
             raise RuntimeError(f"only {done}/{args.tasks} tasks completed in {args.timeout} s; see {workdir}")
@@ -399,7 +398,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
     steps = times.get("StepCompleted", [])
     grants = times.get("LeaseGranted", [])
     wall = t_done - t_submit
-    cpu = [(c1.user + c1.system - c0.user - c0.system) / wall for c0, c1 in zip(cpu0, cpu1, strict=True)]
+    cpu = [(c1 - c0) / wall for c0, c1 in zip(cpu0, cpu1, strict=True)]
     n_worker_events = sum(len(v) for v in times.values())
     first, last = (steps[0], steps[-1]) if steps else (float("nan"), float("nan"))
     return {

@@ -38,6 +38,7 @@ from bench.common import (
     table,
     write_results,
 )
+from bench.process_cpu import tree_cpu_seconds
 from bench.webhook_latency import ProcessReceiver, _commit, new_task, service_env, start, stop, wait_for
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -70,10 +71,6 @@ async def stream_messages(nats_url: str, stream: str) -> int:
         await client.close()
 
 
-def cpu_s(pid: int) -> float:
-    return float(sum(psutil.Process(pid).cpu_times()[:2]))
-
-
 def drain(database_url: str, nats_url: str, tree: Path, tasks: int) -> dict[str, float]:
     """One run: fill a fresh stream, then let the dispatcher of ``tree`` deliver all of it."""
     token = uuid.uuid4().hex[:8]
@@ -97,7 +94,7 @@ def drain(database_url: str, nats_url: str, tree: Path, tasks: int) -> dict[str,
             dispatcher = start("dispatcher", env, logs / "dispatcher.log", tree)
             try:
                 wait_for(logs / "dispatcher.log", "following stream")
-                cpu_at, began = cpu_s(dispatcher.pid), time.monotonic()
+                cpu_at, began = tree_cpu_seconds(dispatcher.pid), time.monotonic()
                 want = tasks * DELIVERIES_PER_TASK
                 deadline = time.monotonic() + 300
                 while receiver.count() < want:
@@ -105,7 +102,7 @@ def drain(database_url: str, nats_url: str, tree: Path, tasks: int) -> dict[str,
                         raise TimeoutError(f"{receiver.count()} of {want} webhooks arrived in 300 s")
                     time.sleep(0.05)
                 wall = time.monotonic() - began
-                cpu = cpu_s(dispatcher.pid) - cpu_at
+                cpu = tree_cpu_seconds(dispatcher.pid) - cpu_at
             finally:
                 stop(dispatcher)
         finally:

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import psutil
 import psycopg
 from psycopg import sql
 
@@ -58,6 +57,7 @@ from bench.common import (
     utc_now,
     write_results,
 )
+from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -388,8 +388,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def cpu_seconds(processes: list[tuple[str, subprocess.Popen[bytes]]]) -> dict[str, float]:
-    """User + system CPU seconds each process has used so far."""
-    return {name: round(sum(psutil.Process(p.pid).cpu_times()[:2]), 2) for name, p in processes}
+    """User + system CPU seconds each process (and its children) has used so far."""
+    return {name: round(tree_cpu_seconds(p.pid), 2) for name, p in processes}
 
 
 def print_hops(hops: dict[str, Any]) -> None:

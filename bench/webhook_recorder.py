@@ -4,8 +4,8 @@
 commit of finished attempts), as the dispatcher uses them at load: batches of ``--tasks`` tasks
 with two deliveries each (one lane per task, claimed whole by the insert), the first of each
 lane finished without a lease, the second with one (the next-claim part runs). Measured with
-``time.process_time`` in this process (the Python side: building parameters, psycopg dumping
-and loading) and the wall clock (the statement on the server too).
+this process's CPU (``bench.process_cpu.this_process_seconds``: the Python side, building
+parameters, psycopg dumping and loading) and the wall clock (the statement on the server too).
 
 The baseline, in the same run: ``store/deliveries.py`` of ``--tree DIR`` (another checkout,
 e.g. the code before a change), loaded beside this tree's; rounds alternate the two (ABBA),
@@ -34,6 +34,7 @@ import psycopg
 from psycopg import sql
 
 from bench.common import REPO_ROOT, base_parser, machine_info, table, write_results
+from bench.process_cpu import this_process_seconds
 from store.migrations import migrate
 
 LEASE = timedelta(seconds=20)
@@ -90,9 +91,9 @@ async def one_round(
                 for task_id in (uuid.uuid4() for _ in range(tasks))
                 for version in (3, 4)
             ]
-            began, began_cpu = time.perf_counter(), time.process_time()
+            began, began_cpu = time.perf_counter(), this_process_seconds()
             recorded = await recorder.record(new, datetime.now(UTC), claimant="bench", lease=LEASE)
-            cpu["record"] += time.process_time() - began_cpu
+            cpu["record"] += this_process_seconds() - began_cpu
             wall["record"] += time.perf_counter() - began
             firsts = [d for d in recorded.claimed if d.version == 3]
             seconds = [d for d in recorded.claimed if d.version == 4]
@@ -109,13 +110,13 @@ async def one_round(
                     dispatcher="bench",
                 )
 
-            began, began_cpu = time.perf_counter(), time.process_time()
+            began, began_cpu = time.perf_counter(), this_process_seconds()
             for lane, lease in ((firsts, None), (seconds, LEASE)):
                 finished = await asyncio.gather(
                     *(recorder.finish(d, attempt(), state="delivered", lease=lease) for d in lane)
                 )
                 assert all(f.recorded and f.next is None for f in finished)
-            cpu["finish"] += time.process_time() - began_cpu
+            cpu["finish"] += this_process_seconds() - began_cpu
             wall["finish"] += time.perf_counter() - began
             count += len(new)
     finally:

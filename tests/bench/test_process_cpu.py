@@ -1,5 +1,6 @@
 """``bench.process_cpu`` on real processes: a server's children count, ended or alive, and so do
-the backends of the machine's PostgreSQL that ended."""
+the backends of the machine's PostgreSQL that ended; a server's own backends are found through
+its connections, and one that ended inside the window is counted as ended, not in the figure."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import psutil
 import psycopg
 import pytest
 
-from bench.process_cpu import busy_cpu_seconds, postgres_cpu_seconds, read, spent, tree_cpu_seconds
+from bench.process_cpu import (
+    backends_spent,
+    busy_cpu_seconds,
+    postgres_cpu_seconds,
+    read,
+    server_backends,
+    spent,
+    this_process_seconds,
+    tree_cpu_seconds,
+)
 
 CHILD = """
 import sys, time
@@ -59,12 +69,13 @@ def test_a_server_s_cpu_includes_its_child_s(server: subprocess.Popen[str]) -> N
     assert tree_cpu_seconds(server.pid) >= 0.3
 
 
-def test_the_machine_s_busy_time_grows_with_work() -> None:
-    before = busy_cpu_seconds()
+def test_the_machine_s_busy_time_and_this_process_s_grow_with_work() -> None:
+    before, own = busy_cpu_seconds(), this_process_seconds()
     t = time.process_time()
     while time.process_time() - t < 0.2:
         pass
     assert busy_cpu_seconds() - before >= 0.15
+    assert this_process_seconds() - own >= 0.2
 
 
 def test_an_ended_backend_s_cpu_is_still_counted_in_postgresql_s(database_url: str) -> None:
@@ -81,3 +92,81 @@ def test_an_ended_backend_s_cpu_is_still_counted_in_postgresql_s(database_url: s
         time.sleep(0.1)
     assert window["postgres"] is not None
     assert window["postgres"] >= 0.1
+
+
+CLIENT = """
+import sys, psycopg
+url = sys.argv[1]
+conn = psycopg.connect(url, autocommit=True)
+print(conn.info.backend_pid, flush=True)
+for line in sys.stdin:
+    if line.strip() == "reconnect":
+        conn.close()
+        conn = psycopg.connect(url, autocommit=True)
+    conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
+    print(conn.info.backend_pid, flush=True)
+"""
+
+
+def test_a_server_s_own_backends_are_found_through_its_connections_and_counted(database_url: str) -> None:
+    if postgres_cpu_seconds() is None:
+        pytest.skip("no postgres process visible on this machine")
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, database_url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert client.stdin is not None
+    assert client.stdout is not None
+
+    def burn(command: str) -> int:
+        assert client.stdin is not None
+        assert client.stdout is not None
+        client.stdin.write(command + "\n")
+        client.stdin.flush()
+        return int(client.stdout.readline())
+
+    try:
+        first = int(client.stdout.readline())
+        with psycopg.connect(database_url, autocommit=True) as monitor:
+            assert server_backends(monitor, client.pid) == {first}  # not the monitor's, nor others'
+            before = read(client.pid, monitor)
+            assert burn("burn") == first
+            kept = spent(before, read(client.pid, monitor))
+            before = read(client.pid, monitor)
+            second = burn("reconnect")
+            moved = spent(before, read(client.pid, monitor))
+    finally:
+        client.stdin.close()
+        client.wait(10)
+        client.stdout.close()
+    assert second != first
+    assert (kept["server_postgres"] or 0.0) >= 0.1
+    assert (
+        kept["server_postgres_backends"],
+        kept["server_postgres_started"],
+        kept["server_postgres_ended"],
+    ) == (
+        1,
+        0,
+        0,
+    )
+    # the machine's figure holds the backend's (up to the rounding of sums of large floats)
+    assert (kept["postgres"] or 0.0) >= (kept["server_postgres"] or 0.0) - 1e-9
+    assert (moved["server_postgres"] or 0.0) >= 0.1  # the new backend's, all of it inside the window
+    assert (moved["server_postgres_started"], moved["server_postgres_ended"]) == (1, 1)
+
+
+def test_without_a_monitor_connection_the_server_s_backends_are_not_read() -> None:
+    window = spent(read(os.getpid()), read(os.getpid()))
+    assert window["server_postgres"] is None
+    assert "server_postgres_ended" not in window
+
+
+def test_backends_are_counted_from_the_start_or_whole_when_new_and_ended_ones_apart() -> None:
+    window = backends_spent({1: 2.0, 2: 5.0, 3: 1.0}, {1: 2.5, 2: 0.5, 4: 0.25})
+    # 1 kept: 0.5; 2's pid taken again by a new backend (less than before): 0.5; 4 new: 0.25; 3 ended
+    assert window == {
+        "server_postgres": 1.25,
+        "server_postgres_backends": 3.0,
+        "server_postgres_started": 1.0,
+        "server_postgres_ended": 1.0,
+    }

@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.a2a_compare import Round, cpu_summary, summarise
+from bench.a2a_load import Round
+from bench.a2a_report import cpu_summary, summarise
 from bench.reasons import ONE_CORE, REQUEST_PROFILE, SATURATED, STREAM_PROFILE, TIMES
 from bench.targets import WHY_HEADING, markdown
 from bench.verdicts import decide, decide_all
@@ -29,17 +30,25 @@ def cpu(
     pg_cores: float | None = 0.2,
     client: float = 0.1,
     busy: float = 1.2,
+    own_pg_ms: float | None = None,
+    own_pg_cores: float | None = None,
 ) -> dict[str, Any]:
-    """The CPU keys of a row, as ``bench.a2a_compare.cpu_summary`` adds them."""
-    return {
-        "cpu_ms_per_request": ms,
-        "server_cores": cores,
-        "postgres_cpu_ms_per_request": pg_ms,
-        "postgres_cores": pg_cores,
-        "client_cpu_ms_per_request": 0.5,
-        "client_cores": client,
-        "machine_busy_cores": busy,
-    }
+    """The CPU keys of a row, as ``bench.a2a_report.cpu_summary`` adds them; the server's own
+    PostgreSQL backends' (``own_pg_*``) only when given, as in results from before they were read."""
+    own = {} if own_pg_ms is None else {"server_postgres_cpu_ms_per_request": own_pg_ms}
+    return (
+        own
+        | ({} if own_pg_cores is None else {"server_postgres_cores": own_pg_cores})
+        | {
+            "cpu_ms_per_request": ms,
+            "server_cores": cores,
+            "postgres_cpu_ms_per_request": pg_ms,
+            "postgres_cores": pg_cores,
+            "client_cpu_ms_per_request": 0.5,
+            "client_cores": client,
+            "machine_busy_cores": busy,
+        }
+    )
 
 
 def test_a_c1_miss_names_the_cpu_per_request_the_one_core_bound_and_the_budget() -> None:
@@ -67,6 +76,37 @@ def test_a_c1_miss_names_the_cpu_per_request_the_one_core_bound_and_the_budget()
             "longhaul up and the machine's PostgreSQL together used 18.0 ms of CPU per request: "
             "318 req/s at that cost needs 5.7 cores, the machine has 2"
         ),
+    )
+
+
+def test_with_its_own_backends_measured_the_reasons_name_them_beside_the_machine_s_postgresql() -> None:
+    rows = {
+        ("immediately", 1, "longhaul"): row(57.0, 15.0) | cpu(15.0, 0.86, busy=1.3, own_pg_ms=2.5),
+        ("immediately", 1, SDK_MEMORY): row(318.0, 2.3) | cpu(2.0, 0.64, pg_ms=0.1, own_pg_ms=0.0),
+    }
+    reasons = decide(target("immediately-c1"), parts(a2a=a2a(rows, nproc=2))).reasons
+    assert reasons[0] == (
+        "longhaul up used 15.0 ms CPU per request (in-memory server 2.0 ms); its own PostgreSQL "
+        "backends 2.5 ms per request, the in-memory server's 0.0 ms; the machine's PostgreSQL 3.0 ms "
+        f"per longhaul request, 0.1 ms per in-memory request {PG_NOTE}"
+    )
+    assert reasons[3] == (
+        "longhaul up and its own PostgreSQL backends together used 17.5 ms of CPU per request: "
+        "318 req/s at that cost needs 5.6 cores, the machine has 2"
+    )
+    blocking = {
+        ("blocking", 16, "longhaul"): row(122.0, 119.4)
+        | cpu(9.0, 1.1, pg_cores=0.5, client=0.2, busy=1.95, own_pg_ms=2.0, own_pg_cores=0.35),
+        ("blocking", 16, SDK_POSTGRES): row(77.0, 202.0) | cpu(6.0, 0.46, own_pg_ms=1.5),
+    }
+    reasons = decide(target("blocking-c16"), parts(a2a=a2a(blocking, nproc=2))).reasons
+    assert reasons[0].startswith(
+        "longhaul up used 9.0 ms CPU per request (PostgreSQL store server 6.0 ms); its own PostgreSQL "
+        "backends 2.0 ms per request, the PostgreSQL store server's 1.5 ms; the machine's PostgreSQL"
+    )
+    assert reasons[-1] == (
+        "the machine's 2 cores were saturated: 1.95 busy on average (longhaul up 1.10, its PostgreSQL "
+        "backends 0.35, the rest of PostgreSQL 0.15, the load client 0.20, everything else 0.15)"
     )
 
 
@@ -296,23 +336,32 @@ def test_the_markdown_keeps_the_reasons_out_of_the_table_and_lists_them_under_it
 
 
 def test_a2a_compare_sums_cpu_over_the_rounds_per_answered_request() -> None:
-    def measured(requests: int, server: float, postgres: float | None) -> Round:
+    def measured(
+        requests: int, server: float, postgres: float | None, own: float | None = None, ended: int = 0
+    ) -> Round:
         window = {"seconds": 2.0, "server": server, "postgres": postgres, "client": 0.2, "machine": 3.2}
+        if own is not None:
+            window |= {"server_postgres": own, "server_postgres_ended": float(ended)}
         return Round(seconds=[0.01] * requests, per_s=requests / 2.0, cpu=window)
 
-    rounds = [measured(50, 0.8, 0.2), measured(150, 1.2, 0.4)]
+    rounds = [measured(50, 0.8, 0.2, own=0.1), measured(150, 1.2, 0.4, own=0.3, ended=2)]
     assert cpu_summary(rounds) == {
         "cpu_window_seconds": 4.0,
         "cpu_ms_per_request": 10.0,
         "server_cores": 0.5,
+        "server_postgres_cpu_ms_per_request": 2.0,
+        "server_postgres_cores": 0.1,
+        "server_postgres_ended": 2,
         "postgres_cpu_ms_per_request": 3.0,
         "postgres_cores": 0.15,
         "client_cpu_ms_per_request": 2.0,
         "client_cores": 0.1,
         "machine_busy_cores": 1.6,
     }
-    blind = cpu_summary([measured(50, 0.8, None), measured(150, 1.2, 0.4)])
+    blind = cpu_summary([measured(50, 0.8, None), measured(150, 1.2, 0.4, own=0.3)])
     assert (blind["postgres_cpu_ms_per_request"], blind["postgres_cores"]) == (None, None)
+    assert (blind["server_postgres_cpu_ms_per_request"], blind["server_postgres_cores"]) == (None, None)
+    assert "server_postgres_ended" not in blind
     assert cpu_summary([Round(seconds=[0.01] * 10, per_s=5.0)]) == {}
     summary = summarise(rounds)
     assert {"per_s_median", "p50_ms", "p99_ms", "errors", "refused"} <= set(summary)  # kept as before

@@ -1,0 +1,205 @@
+"""The load client of ``bench.a2a_compare``: A2A JSON-RPC requests on keep-alive httpx connections.
+
+One round (``run_round``) is ``c`` concurrent callers for a number of seconds, after a few warm-up
+requests on each connection, with the CPU spent over the timed part (``bench.process_cpu``). A
+429 is a refusal the caller waits out (``Retry-After``) and sends again; a server that answers
+``SendStreamingMessage`` without an SSE stream raises ``NoStreamError``; any other failure is
+counted in ``Round.errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg.rows import TupleRow
+
+from bench.process_cpu import read, spent
+
+TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+HEADERS = {"A2A-Version": "1.0"}
+STREAM_HEADERS = {**HEADERS, "Accept": "text/event-stream"}
+WARM_REQUESTS = 5
+UNSUPPORTED_OPERATION = -32004
+
+
+class NoStreamError(Exception):
+    """The server refused ``SendStreamingMessage`` as an unsupported operation (no SSE stream)."""
+
+
+class RefusedError(Exception):
+    """The server answered 429: nothing was accepted, send again after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"429, Retry-After {retry_after} s")
+        self.retry_after = retry_after
+
+
+def refusal(response: httpx.Response) -> RefusedError:
+    """The refusal a 429 answer stands for (``Retry-After`` in seconds; 1 s when it has none)."""
+    try:
+        retry_after = max(0.0, float(response.headers.get("retry-after", "1")))
+    except ValueError:
+        retry_after = 1.0
+    return RefusedError(retry_after)
+
+
+@dataclass
+class Round:
+    """One (server, mode, c) round: latencies in seconds, and its throughput."""
+
+    seconds: list[float] = field(default_factory=list)  # request, or time to the last event
+    first: list[float] = field(default_factory=list)  # stream: time to the first event
+    to_success: list[float] = field(default_factory=list)  # first try to success, refusals included
+    errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)  # errors by exception type
+    error_samples: dict[str, str] = field(default_factory=dict)  # the first error of each type
+    refused: int = 0  # 429 answers (each try; the request is sent again after Retry-After)
+    per_s: float = 0.0  # completed requests per second
+    cpu: dict[str, float | None] = field(default_factory=dict)  # bench.process_cpu.spent, timed window
+
+
+def body(method: str, *, immediately: bool = False) -> dict[str, Any]:
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"text": "ping"}],
+        "metadata": {"skill": "echo"},
+    }
+    params: dict[str, Any] = {"message": message}
+    if immediately:
+        params["configuration"] = {"returnImmediately": True}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def send(http: httpx.AsyncClient, *, immediately: bool) -> float:
+    started = time.perf_counter()
+    response = await http.post(
+        "/a2a/jsonrpc", json=body("SendMessage", immediately=immediately), headers=HEADERS
+    )
+    elapsed = time.perf_counter() - started
+    if response.status_code == 429:
+        raise refusal(response)
+    answer = response.json()
+    task = answer.get("result", {}).get("task")
+    if task is None:
+        raise RuntimeError(f"no task: {response.text[:300]}")
+    if not immediately and task["status"]["state"] not in TERMINAL:
+        raise RuntimeError(f"blocking send answered {task['status']['state']}")
+    return elapsed
+
+
+async def stream(http: httpx.AsyncClient) -> tuple[float, float]:
+    """Time to the first SSE event and to the terminal one."""
+    started = time.perf_counter()
+    first = last = None
+    request = body("SendStreamingMessage")
+    async with http.stream("POST", "/a2a/jsonrpc", json=request, headers=STREAM_HEADERS) as response:
+        if response.status_code == 429:
+            await response.aread()
+            raise refusal(response)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            text = (await response.aread()).decode(errors="replace")
+            if json.loads(text).get("error", {}).get("code") == UNSUPPORTED_OPERATION:
+                raise NoStreamError(text[:300])
+            raise RuntimeError(f"no stream: {text[:300]}")  # e.g. PostgreSQL out of connections
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            now = time.perf_counter() - started
+            first = now if first is None else first
+            result = json.loads(line[5:]).get("result", {})
+            update = result.get("statusUpdate") or result.get("task") or {}
+            if update.get("status", {}).get("state") in TERMINAL:
+                last = now
+    if first is None or last is None:
+        raise RuntimeError("the stream closed before a terminal event")
+    return first, last
+
+
+async def one_call(http: httpx.AsyncClient, mode: str, sample: Round) -> None:
+    if mode == "stream":
+        first, last = await stream(http)
+        sample.first.append(first)
+        sample.seconds.append(last)
+    else:
+        sample.seconds.append(await send(http, immediately=mode == "immediately"))
+
+
+async def run_round(
+    base_url: str,
+    mode: str,
+    clients: int,
+    seconds: float,
+    *,
+    client_per_caller: bool = False,
+    server_pid: int | None = None,
+    monitor: psycopg.Connection[TupleRow] | None = None,
+) -> Round:
+    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
+
+    With ``server_pid``, the CPU spent over the timed part (``Round.cpu``): that process's (and
+    its children's), with a ``monitor`` connection its own PostgreSQL backends', the machine's
+    PostgreSQL's, this client's and the machine's (``bench.process_cpu``).
+
+    Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
+    scans every connection and every waiting request on each request: O(clients) per request), or,
+    with ``client_per_caller``, of its own ``httpx.AsyncClient`` of one connection.
+    """
+    sample = Round()
+    async with AsyncExitStack() as stack:
+        if client_per_caller:
+            one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            https = [
+                await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=one)
+                )
+                for _ in range(clients)
+            ]
+        else:
+            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+            shared = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits)
+            )
+            https = [shared] * clients
+
+        async def caller(http: httpx.AsyncClient, into: Round, deadline: float, at_least: int = 0) -> None:
+            done = 0
+            while done < at_least or time.perf_counter() < deadline:
+                done += 1
+                first_try = time.perf_counter()
+                while True:
+                    try:
+                        await one_call(http, mode, into)
+                    except NoStreamError:
+                        raise
+                    except RefusedError as refused:  # what an A2A client does: wait, send it again
+                        into.refused += 1
+                        if done > at_least and time.perf_counter() + refused.retry_after >= deadline:
+                            return  # the round ends before the wait does
+                        await asyncio.sleep(refused.retry_after)
+                        continue
+                    except Exception as error:  # noqa: BLE001 - counted; a failing server is reported, not fatal
+                        into.errors += 1
+                        kind = type(error).__name__
+                        into.error_kinds[kind] = into.error_kinds.get(kind, 0) + 1
+                        into.error_samples.setdefault(kind, str(error)[:200])
+                    else:
+                        into.to_success.append(time.perf_counter() - first_try)
+                    break
+
+        await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
+        before = None if server_pid is None else read(server_pid, monitor)
+        started = time.perf_counter()
+        await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
+        sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
+        if before is not None and server_pid is not None:
+            sample.cpu = spent(before, read(server_pid, monitor))
+    return sample
