@@ -4,9 +4,9 @@
 projector`` (``projections.projector``) in the same transaction as the current-task view, at its
 own position: each event applied exactly once, the rows and the index's position together. A
 task's row comes with its ``Submitted`` event (the only one that names tenant and skill);
-``ended_at`` is set by the event that makes it terminal and never moved after it: retention counts from the task's end (``Task.ended_at``, as
-``TaskApplication.expire`` checks it), and a push config set on an ended task does not move it
-(ADR 0025); ``Expired`` sets ``expired``.
+``ended_at`` is set by the event that makes it terminal and never moved after it: retention
+counts from the task's end (``Task.ended_at``, as ``TaskApplication.expire`` checks it), and a
+push config set on an ended task does not move it (ADR 0025); ``Expired`` sets ``expired``.
 
 The sweeper (``workers.sweeper``) asks ``due`` for terminal, unexpired tasks that ended before
 ``now`` minus the shortest retention, oldest first: one range of a partial index
