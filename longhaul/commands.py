@@ -443,7 +443,7 @@ async def projector(settings: Settings) -> None:
 
 
 async def _projector(config: StoreConfig, stop: asyncio.Event) -> None:
-    """Run the projector (``projections.projector.run_projector``) in a thread until ``stop``."""
+    """Run the library's projection runners (``projections.projector``) in a thread until ``stop``."""
     halt = threading.Event()
     small = replace(config, pool_size=PROJECTOR_POOL_SIZE, max_overflow=PROJECTOR_POOL_SIZE)
     thread = threading.Thread(target=run_projector, args=(small, halt), name="projector", daemon=True)

@@ -1,23 +1,21 @@
-"""A read model of one row per task, folded from the log, exactly once.
+"""A read model of one row per task, folded from the log by a projection, exactly once.
 
-``FoldedView`` is a ``PostgresTrackingRecorder`` (the library's single-row position table) whose
-rows are folded from each task's events by ``next_row``. Its command, ``fold``, applies a batch
-of events inside the caller's transaction: each task's row folded in memory and upserted once,
-the rows the fold needs read in one query, the view's position written with them, so each event
-is applied exactly once however often the projector stops and starts (a batch any of which was
-applied already is refused and its transaction rolled back). The projector
-(``projections.projector``) folds each batch into both views in one transaction (ADR 0047);
-``apply`` is one event in a transaction of its own. ``rebuild`` recomputes every row from the
-log while the projector runs. The current-task view (``projections.task_view``) and the
+``FoldedView`` is a ``PostgresTrackingRecorder`` (the view of an ``eventsourcing``
+``Projection``) whose rows are folded from each task's events by ``next_row``: its one command,
+``apply``, writes the task's new row **and** the view's position in the log in one transaction,
+so each event is applied exactly once however often the projector stops and starts (a position
+already recorded is refused and its transaction rolled back). ``rebuild`` recomputes every row
+from the log while the projector runs. The current-task view (``projections.task_view``) and the
 retention index (``projections.retention_index``) are both one; their tables come from the
 schema migrations, not from the library's ``create_table``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
@@ -25,13 +23,14 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import IntegrityError, StoredEvent, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from domain.task import Task
-from projections.log_follower import Followed
-from store.application import TaskApplication
+from store.application import APP_NAME, TaskApplication
+from store.config import StoreConfig, postgres_env
 from store.postgres import PostgresRunQueueRecorder
 from store.retry import retry_lost_connection
 
@@ -50,6 +49,7 @@ class Row(Protocol):
 
 
 R = TypeVar("R", bound=Row)
+V = TypeVar("V", bound="FoldedView[Any]")
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,11 @@ class Rebuilt:
     """The rows written."""
 
 
+def tracking_params(tracking: Tracking) -> dict[str, Any]:
+    """The parameters of the library's position write (``insert_tracking_statement``)."""
+    return {"application_name": tracking.application_name, "notification_id": tracking.notification_id}
+
+
 class FoldedView(PostgresTrackingRecorder, Generic[R]):
     """Rows of ``row_type`` in ``<schema>.<view_table>``, the position in ``<view_table>_tracking``."""
 
@@ -102,13 +107,13 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         self._track_and_select = (
             SQL(
                 "WITH tracked AS ({track}) SELECT found.* FROM tracked LEFT JOIN {schema}.{table} AS found"
-                " ON found.task_id = ANY(%(task_ids)s)"
+                " ON found.task_id = %(task_id)s"
             )
             .format(track=track, schema=schema, table=table)
             .as_string()
         )
-        """The position written and the tasks' rows read in one statement: no row returned when the
-        position is recorded; otherwise the rows found, or one with null columns if none was."""
+        """The position written and the task's row read in one statement: no row returned when the
+        position is recorded; one, its columns null when the task has no row, otherwise."""
         columns = SQL(", ").join(Identifier(c) for c in self.columns)
         updates = SQL(", ").join(
             SQL("{0} = EXCLUDED.{0}").format(Identifier(c)) for c in self.columns if c != "task_id"
@@ -150,81 +155,45 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
 
     # ------------------------------------------------------------------ the command
 
-    def fold(self, curs: Cursor[DictRow], followed: Sequence[Followed]) -> None:
-        """Apply ``followed`` (events in log order, all after the view's position) in ``curs``'s transaction.
-
-        The caller's transaction holds the rows and the position together (the projector applies
-        a batch to both views in one, ADR 0047). Each task's row is folded in memory through the
-        task's events of the batch and upserted once; the rows the fold needs are read in one
-        query (``task_id = ANY(...)``), only for tasks whose first event that depends on the row
-        (``reads_row``) is not preceded in the batch by one that makes the row on its own.
-
-        The position of the first event is written first, by the library's own statement
-        (``insert_tracking_statement``), and refused with ``IntegrityError`` if a position at or
-        after it is recorded: as no position lies between the view's and the first event's,
-        that refuses the whole batch if any of it was applied (exactly once). The write waits
-        for a running ``rebuild`` (which locks the position table first); the read of the rows
-        shares its statement and takes no lock a rebuild waits for (ADR 0044). The last event's
-        position is written after the rows (a second statement only for a batch of more than
-        one event).
-        """
-        if not followed:
-            return
-        name = followed[0][1].application_name
-        first, last = followed[0][1].notification_id, followed[-1][1].notification_id
-        events = [(e, t.notification_id) for e, t in followed if isinstance(e, Task.Event)]
-        # (anything else in the log, there is nothing else, only moves the position)
-        needed = self._rows_needed(events)
-        rows: dict[UUID, R] = {}
-        if needed:
-            params = {"application_name": name, "notification_id": first, "task_ids": needed}
-            found = curs.execute(self._track_and_select, params, prepare=True).fetchall()
-            if not found:
-                raise IntegrityError(f"position already recorded in {self.tracking_table_name}")
-            rows = {f["task_id"]: self.row_of(f) for f in found if f["task_id"] is not None}
-        else:
-            self._refuse_recorded(curs.execute(self._track, self._tracked(name, first), prepare=True))
-        changed: dict[UUID, R] = {}
-        for event, position in events:
-            row = self.next_row(rows.get(event.originator_id), event, position)
-            if row is not None:
-                rows[row.task_id] = changed[row.task_id] = row
-        if len(changed) == 1:
-            curs.execute(self._upsert, self._values(next(iter(changed.values()))), prepare=True)
-        elif changed:
-            curs.executemany(self._upsert, [self._values(row) for row in changed.values()])
-        if last != first:
-            self._refuse_recorded(curs.execute(self._track, self._tracked(name, last), prepare=True))
-
-    def _rows_needed(self, events: Sequence[tuple[Task.Event, int]]) -> list[UUID]:
-        """The tasks whose stored row the fold of ``events`` reads, in order of first need."""
-        made: set[UUID] = set()
-        needed: dict[UUID, None] = {}
-        for event, position in events:
-            task_id = event.originator_id
-            if task_id in made or task_id in needed:
-                continue
-            if self.reads_row(event):
-                needed[task_id] = None
-            elif self.next_row(None, event, position) is not None:
-                made.add(task_id)  # its row from here on depends on no stored one
-        return list(needed)
-
-    @staticmethod
-    def _tracked(application_name: str, position: int) -> dict[str, Any]:
-        return {"application_name": application_name, "notification_id": position}
-
     def apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        """Apply one event and record ``tracking``, in a transaction of its own (``fold`` of one).
+        """Apply one event to its task's row and record ``tracking``, in one transaction.
 
-        For tools and tests; the projector folds whole batches (``projections.projector``). A
-        lost connection rolls the transaction back and it is tried again (``retry_lost_connection``).
+        The position is written first: a position already recorded raises ``IntegrityError``
+        before any row is touched, and a running ``rebuild`` (which locks the position table
+        first) is waited for rather than deadlocked with. A lost connection rolls the
+        transaction back and it is tried again (``retry_lost_connection``).
+
+        As few round trips as that allows (ADR 0044): an event that leaves the row as it is (by
+        ``reads_row`` and ``next_row``) records only the position, one statement; one that needs
+        the row writes the position and reads the row in one statement (the read takes no lock a
+        rebuild waits for); the row is not read for an event whose new row does not depend on it.
         """
         retry_lost_connection(functools.partial(self._apply, event, tracking))
 
     def _apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        with self.datastore.transaction(commit=True) as curs:
-            self.fold(curs, [(event, tracking)])
+        position = tracking.notification_id
+        if not isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
+            self._record_position(tracking)
+        elif not self.reads_row(event):
+            row = self.next_row(None, event, position)
+            if row is None:
+                self._record_position(tracking)
+            else:
+                with self.datastore.transaction(commit=True) as curs:
+                    self._refuse_recorded(curs.execute(self._track, tracking_params(tracking), prepare=True))
+                    curs.execute(self._upsert, self._values(row), prepare=True)
+        else:
+            with self.datastore.transaction(commit=True) as curs:
+                params = {**tracking_params(tracking), "task_id": event.originator_id}
+                found = self._refuse_recorded(curs.execute(self._track_and_select, params, prepare=True))
+                row = self.next_row(None if found["task_id"] is None else self.row_of(found), event, position)
+                if row is not None:
+                    curs.execute(self._upsert, self._values(row), prepare=True)
+
+    def _record_position(self, tracking: Tracking) -> None:
+        """Only the position: one statement, its own transaction."""
+        with self.datastore.get_connection() as conn:
+            self._refuse_recorded(conn.execute(self._track, tracking_params(tracking), prepare=True))
 
     def _refuse_recorded(self, curs: Cursor[DictRow]) -> DictRow:
         """The position statement's one row.
@@ -331,3 +300,43 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
             position=self.max_tracking_id(app.name) or 0,
             log_position=app.recorder.max_notification_id() or 0,
         )
+
+
+def projector_env(config: StoreConfig, *, pool_size: int = 2) -> dict[str, str]:
+    """The ``eventsourcing`` environment of a projector's view (migrations own its tables)."""
+    env = postgres_env(config)
+    env.update(
+        {"CREATE_TABLE": "n", "POSTGRES_POOL_SIZE": str(pool_size), "POSTGRES_MAX_OVERFLOW": str(pool_size)}
+    )
+    return env
+
+
+@contextlib.contextmanager
+def projection_runner_for(
+    config: StoreConfig, projection_class: type[Projection[V]], view_class: type[V]
+) -> Iterator[ProjectionRunner[TaskApplication, V]]:
+    """The library's runner of one projection over the store at ``config``, following from the start.
+
+    The runner opens its own ``TaskApplication`` (which migrates the schema) and resumes after
+    the view's recorded position; ``run_forever`` re-raises a failure of its processing thread,
+    ``wait(position)`` waits until the view applied ``position``. On leaving, the runner is
+    stopped and the view's connection pool closed.
+    """
+
+    class _Application(TaskApplication):
+        name = APP_NAME
+
+        def __init__(self, env: Any = None) -> None:
+            super().__init__(config)
+
+    runner: ProjectionRunner[TaskApplication, V] = ProjectionRunner(
+        application_class=_Application,
+        projection_class=projection_class,
+        view_class=view_class,
+        env=projector_env(config),
+    )
+    try:
+        with runner:
+            yield runner
+    finally:
+        runner.view.datastore.close()

@@ -1,12 +1,13 @@
 """The retention index: per task, its tenant, skill and the time retention counts from.
 
-``RetentionIndexRecorder`` is a ``FoldedView`` (``projections.folded_view``) kept by ``longhaul
-projector`` (``projections.projector``) in the same transaction as the current-task view, at its
-own position: each event applied exactly once, the rows and the index's position together. A
-task's row comes with its ``Submitted`` event (the only one that names tenant and skill);
-``ended_at`` is set by the event that makes it terminal and never moved after it: retention
-counts from the task's end (``Task.ended_at``, as ``TaskApplication.expire`` checks it), and a
-push config set on an ended task does not move it (ADR 0025); ``Expired`` sets ``expired``.
+``RetentionIndexRecorder`` is a ``FoldedView`` (``projections.folded_view``) kept by
+``RetentionIndexProjection``, run by the library's ``ProjectionRunner`` in ``longhaul
+projector`` beside the current-task view: each event applied exactly once, the row and the
+index's position in one transaction. A task's row comes with its ``Submitted`` event (the only
+one that names tenant and skill); ``ended_at`` is set by the event that makes it terminal and
+never moved after it: retention counts from the task's end (``Task.ended_at``, as
+``TaskApplication.expire`` checks it), and a push config set on an ended task does not move it
+(ADR 0025); ``Expired`` sets ``expired``.
 
 The sweeper (``workers.sweeper``) asks ``due`` for terminal, unexpired tasks that ended before
 ``now`` minus the shortest retention, oldest first: one range of a partial index
@@ -17,15 +18,20 @@ is expired that much later, never earlier (the use case checks the task itself).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+from eventsourcing.persistence import Tracking
+from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg.sql import SQL, Identifier
 from typing_extensions import override
 
 from domain.task import Task
-from projections.folded_view import FoldedView
+from projections.folded_view import FoldedView, projection_runner_for
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
@@ -99,6 +105,18 @@ class RetentionIndexRecorder(FoldedView[RetentionRow]):
             return [self.row_of(found) for found in curs.fetchall()]
 
 
+class RetentionIndexProjection(Projection[RetentionIndexRecorder]):
+    """Follows the task log into the retention index."""
+
+    name = INDEX_NAME
+    topics: tuple[str, ...] = ()  # every event moves the position; the view ignores most
+
+    @override
+    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
+        """Apply ``domain_event`` to the index, with its position, exactly once."""
+        self.view.apply(domain_event, tracking)
+
+
 def open_index(app: TaskApplication) -> RetentionIndexRecorder | None:
     """The index over ``app``'s database and pool; ``None`` for a memory store."""
     if not isinstance(app.config, StoreConfig):
@@ -106,3 +124,12 @@ def open_index(app: TaskApplication) -> RetentionIndexRecorder | None:
     recorder = app.recorder
     assert isinstance(recorder, PostgresRunQueueRecorder)
     return RetentionIndexRecorder(recorder.datastore)
+
+
+@contextlib.contextmanager
+def projection_runner(
+    config: StoreConfig,
+) -> Iterator[ProjectionRunner[TaskApplication, RetentionIndexRecorder]]:
+    """The library's runner of the index over the store at ``config`` (see ``projection_runner_for``)."""
+    with projection_runner_for(config, RetentionIndexProjection, RetentionIndexRecorder) as runner:
+        yield runner

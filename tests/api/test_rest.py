@@ -11,7 +11,7 @@ import pytest
 from litestar import Litestar
 
 from longhaul.commands import _listen, _serve
-from projections.projector import running_projector
+from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
@@ -252,7 +252,7 @@ async def test_list_tasks_reads_its_filters_from_the_query(
 ) -> None:
     tasks = [await send(client) for _ in range(3)]
     await client.post(f"{REST}/tasks/{tasks[0]['id']}:cancel")
-    with running_projector(store_config) as runner:
+    with projection_runner(store_config) as runner:
         await asyncio.to_thread(runner.wait, log_position(store), 20.0)
 
     query = {

@@ -1,6 +1,6 @@
 """The retention index follows the log, equals the aggregates, and a rebuild equals the live index.
 
-The projector is the real one (``projections.projector.running_projector``, both views)
+The projector is the library's ``ProjectionRunner`` (``projections.retention_index.projection_runner``)
 on the real PostgreSQL; the tasks are those of ``tests/projections/test_task_view.py``.
 """
 
@@ -14,8 +14,7 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from projections.projector import running_projector
-from projections.retention_index import RetentionIndexRecorder, open_index
+from projections.retention_index import RetentionIndexRecorder, open_index, projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, FakeClock
@@ -36,7 +35,7 @@ def index(postgres_store: TaskApplication) -> RetentionIndexRecorder:
 
 @pytest.fixture
 def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Iterator[Any]:
-    with running_projector(store_config) as runner:
+    with projection_runner(store_config) as runner:
         yield runner
 
 

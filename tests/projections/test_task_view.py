@@ -1,6 +1,6 @@
 """The current-task view on the real PostgreSQL: it follows the log, exactly once, and rebuilds.
 
-The projector is the real one (``projections.projector.running_projector``, both views);
+The projector is the library's ``ProjectionRunner`` (``projections.task_view.projection_runner``);
 the tasks are moved through the domain as a worker and a client would (``tests.api.support.Advance``).
 """
 
@@ -19,13 +19,13 @@ from psycopg import sql
 
 from domain.skill import Skill
 from domain.task import Task
-from projections.projector import running_projector
 from projections.task_view import (
     PageCursor,
     TaskQuery,
     TaskViewRecorder,
     TaskViewRow,
     open_view,
+    projection_runner,
 )
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -110,8 +110,8 @@ def assert_view_equals_the_aggregates(
 
 @pytest.fixture
 def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Iterator[Any]:
-    """The projector over the test's schema, stopped afterwards."""
-    with running_projector(store_config) as runner:
+    """The library's runner over the test's schema, stopped afterwards."""
+    with projection_runner(store_config) as runner:
         yield runner
 
 
@@ -151,13 +151,13 @@ def test_a_restarted_projector_resumes_after_its_position(
     ids = some_tasks(postgres_store, clock)
     lag = view.lag(postgres_store)
     assert (lag.position, lag.behind) == (0, log_position(postgres_store))
-    with running_projector(store_config) as runner:
+    with projection_runner(store_config) as runner:
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     first = log_position(postgres_store)
     ids.append(submit(postgres_store, clock))
     Advance(postgres_store, clock).complete(ids[0])
     assert view.lag(postgres_store).position == first
-    with running_projector(store_config) as runner:
+    with projection_runner(store_config) as runner:
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     assert_view_equals_the_aggregates(postgres_store, view, ids)
     assert view.lag(postgres_store).behind == 0
@@ -241,7 +241,7 @@ def test_a_rebuild_before_any_projector_records_the_position_it_reached(
     assert view.lag(postgres_store).behind == 0
     assert_view_equals_the_aggregates(postgres_store, view, ids)
     Advance(postgres_store, clock).complete(ids[0])
-    with running_projector(store_config) as runner:  # resumes after the rebuilt position
+    with projection_runner(store_config) as runner:  # resumes after the rebuilt position
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     assert_view_equals_the_aggregates(postgres_store, view, ids)
 

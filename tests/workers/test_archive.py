@@ -18,9 +18,8 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
-from projections.projector import running_projector
 from projections.retention_index import open_index
-from projections.task_view import open_view
+from projections.task_view import open_view, projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
@@ -254,7 +253,7 @@ def test_the_projector_follows_the_log_across_the_purged_gap(
     _signed(store)
     archive_expired(store, tmp_path, clock=clock)
     end = store.recorder.max_notification_id() or 0
-    with running_projector(store_config) as runner:
+    with projection_runner(store_config) as runner:
         runner.wait(end, timeout=30)
     view = open_view(store)
     assert view is not None

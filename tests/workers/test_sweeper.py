@@ -1,7 +1,7 @@
 """The sweeper ends pauses past their deadline and expires tasks past retention (moved clock).
 
 On PostgreSQL the expiry candidates come from the retention index: each sweep here first waits
-until a running projector (``projections.projector.running_projector``) applied the
+until a running projector (the library's runner of ``projections.retention_index``) applied the
 whole log, as ``longhaul projector`` keeps it beside a sweeper.
 """
 
@@ -16,7 +16,7 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from projections.projector import running_projector
+from projections.retention_index import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.errors import RetentionNotReachedError
@@ -54,7 +54,7 @@ def sweep() -> Iterator[Sweep]:
                 config = sweeper.store.config
                 assert isinstance(config, StoreConfig)
                 if "index" not in runners:
-                    runners["index"] = stack.enter_context(running_projector(config))
+                    runners["index"] = stack.enter_context(projection_runner(config))
                 position = sweeper.store.recorder.max_notification_id()
                 if position is not None:
                     runners["index"].wait(position, timeout=WAIT_S)
