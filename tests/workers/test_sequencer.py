@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -89,6 +90,23 @@ async def _until(check: Callable[[], bool], what: str, seconds: float = 20.0) ->
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@asynccontextmanager
+async def _running(
+    sequencer: Sequencer, *, lead: bool = False, stop_within: float = 30.0
+) -> AsyncIterator[None]:
+    """``sequencer`` running for the block (once it leads, with ``lead``); stopped cleanly at its
+    end, which must take less than ``stop_within`` seconds."""
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(sequencer.run(stop))
+    try:
+        if lead:
+            await _until(lambda: sequencer.leading, "the sequencer to lead")
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, stop_within)
+
+
 def _published(sequencer: Sequencer, count: int) -> bool:
     return sequencer.leading and sequencer.published == count
 
@@ -148,17 +166,14 @@ async def test_follows_the_log_signs_at_the_interval_and_every_checkpoint_reache
     await client.subscribe(names.checkpoint_subject, cb=witness.take)
     _commit(store)  # a backlog before it starts
     sequencer = _sequencer(store, names)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    await _until(lambda: _covered(log, store), "a checkpoint of the backlog")
-    for _ in range(3):  # appends while it runs, each followed by a checkpoint
-        _commit(store, tasks=1)
-        await _until(lambda: _covered(log, store), "a checkpoint of every event")
-    quiet = sequencer.signed
-    await asyncio.sleep(5 * INTERVAL)  # nothing new: nothing signed
-    assert sequencer.signed == quiet
-    stop.set()
-    await running
+    async with _running(sequencer):
+        await _until(lambda: _covered(log, store), "a checkpoint of the backlog")
+        for _ in range(3):  # appends while it runs, each followed by a checkpoint
+            _commit(store, tasks=1)
+            await _until(lambda: _covered(log, store), "a checkpoint of every event")
+        quiet = sequencer.signed
+        await asyncio.sleep(5 * INTERVAL)  # nothing new: nothing signed
+        assert sequencer.signed == quiet
     await _until(lambda: len(witness.kept) == sequencer.signed, "the witness to get every checkpoint")
 
     hashes = _recomputed_leaf_hashes(store)
@@ -193,12 +208,9 @@ async def test_a_clean_stop_signs_what_was_sequenced(store: TaskApplication, nam
     log = _log(store)
     _commit(store, tasks=1)
     sequencer = _sequencer(store, names, interval=3600)  # never at the interval
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    await _until(lambda: log.position() == _log_end(store), "the log to be sequenced")
-    assert log.latest_checkpoint() is None
-    stop.set()
-    await running
+    async with _running(sequencer):
+        await _until(lambda: log.position() == _log_end(store), "the log to be sequenced")
+        assert log.latest_checkpoint() is None
     latest = log.latest_checkpoint()
     assert latest is not None
     assert latest.size == 4
@@ -215,12 +227,9 @@ async def test_a_checkpoint_stored_but_not_published_is_published_on_the_next_st
     assert first is not None
     for expected in (1, 0):  # the second start finds it published, and publishes nothing again
         sequencer = _sequencer(store, names, interval=3600)
-        stop = asyncio.Event()
-        running = asyncio.ensure_future(sequencer.run(stop))
-        await _until(partial(_published, sequencer, expected), "the publisher")
-        await asyncio.sleep(0.5)
-        stop.set()
-        await running
+        async with _running(sequencer):
+            await _until(partial(_published, sequencer, expected), "the publisher")
+            await asyncio.sleep(0.5)
         assert sequencer.published == expected
     messages = await _stream_checkpoints(client, names)
     assert [m.data.decode() for m in messages] == [first.note]
@@ -278,12 +287,9 @@ async def test_an_event_without_a_chain_hash_is_passed_over_with_a_warning(
             )
         )
     sequencer = _sequencer(store, names)
-    stop = asyncio.Event()
     with caplog.at_level(logging.WARNING, logger="workers.sequencer"):
-        running = asyncio.ensure_future(sequencer.run(stop))
-        await _until(lambda: log.position() == _log_end(store) == 2, "the log to be sequenced")
-        stop.set()
-        await running
+        async with _running(sequencer):
+            await _until(lambda: log.position() == _log_end(store) == 2, "the log to be sequenced")
     assert log.size() == 1
     assert sequencer.passed_over == 1
     assert [leaf.version for leaf in log.leaves()] == [1]
@@ -299,11 +305,8 @@ async def test_an_event_longhaul_did_not_append_is_passed_over_counted_and_the_s
     two tasks' commits: no leaf, one warning, counted; the events after it are leaves."""
     log = _log(store)
     sequencer = _sequencer(store, names, gather=0)
-    stop = asyncio.Event()
     with caplog.at_level(logging.WARNING, logger="workers.sequencer"):
-        running = asyncio.ensure_future(sequencer.run(stop))
-        try:
-            await _until(lambda: sequencer.leading, "the sequencer to lead")
+        async with _running(sequencer, lead=True):
             _commit(store, tasks=1, progress=0)
             await _until(lambda: log.position() == _log_end(store) == 2, "the first task to be sequenced")
             assert isinstance(store.config, StoreConfig)
@@ -321,9 +324,6 @@ async def test_an_event_longhaul_did_not_append_is_passed_over_counted_and_the_s
             await _until(lambda: log.position() == _log_end(store) == 5, "the second task to be sequenced")
             _commit(store, tasks=1, progress=0)
             await _until(lambda: log.position() == _log_end(store) == 7, "the third task to be sequenced")
-        finally:
-            stop.set()
-            await running
     assert bad == 3
     assert sequencer.passed_over == 1
     assert sequencer.sequenced == log.size() == 6
@@ -343,10 +343,7 @@ async def test_a_gather_joins_the_commits_made_within_it_into_one_append(
 ) -> None:
     log = _log(store)
     sequencer = _sequencer(store, names, interval=3600, gather=3.0)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    try:
-        await _until(lambda: sequencer.leading, "the sequencer to lead")
+    async with _running(sequencer, lead=True):
         for _ in range(5):  # five commits of one task each (4 events), one after the other
             await asyncio.to_thread(_commit, store, 1)
         assert log.position() == 0  # taken, gathering: nothing recorded yet
@@ -356,9 +353,6 @@ async def test_a_gather_joins_the_commits_made_within_it_into_one_append(
         _commit(store, tasks=1)  # a gather starts again at the next event
         await _until(lambda: log.position() == _log_end(store) == 24, "the next batch")
         assert sequencer.appends == 2
-    finally:
-        stop.set()
-        await running
     assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
 
 
@@ -369,10 +363,7 @@ async def test_a_gather_ends_when_the_checkpoint_is_due_and_the_checkpoint_cover
     interval, after what was gathered until then is appended."""
     log = _log(store)
     sequencer = _sequencer(store, names, interval=0.5, gather=600)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    try:
-        await _until(lambda: sequencer.leading, "the sequencer to lead")
+    async with _running(sequencer, lead=True):
         for round_ in range(1, 4):
             _commit(store, tasks=1)
             await _until(lambda: _covered(log, store), "a checkpoint of what was gathered", seconds=10)
@@ -380,9 +371,6 @@ async def test_a_gather_ends_when_the_checkpoint_is_due_and_the_checkpoint_cover
             assert sequencer.appends == round_  # one gather each, cut short by the checkpoint
             assert sequencer.last_signed is not None
             assert sequencer.last_signed.size == 4 * round_
-    finally:
-        stop.set()
-        await running
 
 
 async def test_a_clean_stop_mid_gather_appends_and_signs_what_was_taken(
@@ -390,14 +378,10 @@ async def test_a_clean_stop_mid_gather_appends_and_signs_what_was_taken(
 ) -> None:
     log = _log(store)
     sequencer = _sequencer(store, names, interval=3600, gather=600)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    await _until(lambda: sequencer.leading, "the sequencer to lead")
-    _commit(store, tasks=2)
-    await asyncio.sleep(0.5)  # taken by now, and gathering for ten minutes
-    assert log.position() == 0
-    stop.set()
-    await asyncio.wait_for(running, 10)  # the gather does not hold the stop
+    async with _running(sequencer, lead=True, stop_within=10):  # the gather does not hold the stop
+        _commit(store, tasks=2)
+        await asyncio.sleep(0.5)  # taken by now, and gathering for ten minutes
+        assert log.position() == 0
     assert log.position() == _log_end(store) == 8
     latest = log.latest_checkpoint()
     assert latest is not None
@@ -426,11 +410,8 @@ async def test_a_sequencer_that_dies_mid_gather_loses_nothing(
     assert log.position() == log.size() == 4  # what it gathered was not recorded
     assert log.latest_checkpoint() == before
     second = _sequencer(store, names, interval=3600, gather=0)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(second.run(stop))
-    await _until(lambda: log.position() == _log_end(store) == 8, "the second to take over")
-    stop.set()
-    await running
+    async with _running(second):
+        await _until(lambda: log.position() == _log_end(store) == 8, "the second to take over")
     assert second.sequenced == 4
     assert [leaf.position for leaf in log.leaves()] == list(range(1, 9))
     assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
@@ -448,11 +429,8 @@ async def test_the_checkpoints_have_a_stream_of_their_own_that_keeps_them_all(
 ) -> None:
     _commit(store, tasks=1)
     sequencer = _sequencer(store, names)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
-    await _until(lambda: sequencer.published == 1, "the first checkpoint to be published")
-    stop.set()
-    await running
+    async with _running(sequencer):
+        await _until(lambda: sequencer.published == 1, "the first checkpoint to be published")
     info = await client.jetstream().stream_info(names.checkpoint_stream)
     assert info.config.subjects == [names.checkpoint_subject] == [f"{names.subject_prefix}.checkpoints"]
     assert not info.config.max_age  # every checkpoint kept, whatever LONGHAUL_NATS_MAX_AGE is
@@ -490,13 +468,11 @@ async def test_it_starts_over_from_the_stored_tree_when_its_database_connections
     log = _log(store)
     _commit(store, tasks=1)
     sequencer = _sequencer(store, names)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(sequencer.run(stop))
     assert isinstance(store.config, StoreConfig)
     recorder = store.recorder
     assert isinstance(recorder, PostgresRunQueueRecorder)
     key = advisory_key(f"sequencer:{store.config.schema}")
-    try:
+    async with _running(sequencer):
         await _until(lambda: _covered(log, store), "the first checkpoint")
         async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
             cursor = await conn.execute(
@@ -509,9 +485,6 @@ async def test_it_starts_over_from_the_stored_tree_when_its_database_connections
         with caplog.at_level(logging.WARNING, logger="workers.sequencer"):
             _commit(store, tasks=1)
             await _until(lambda: _covered(log, store) and log.size() == 8, "a checkpoint after the restart")
-    finally:
-        stop.set()
-        await running
     assert "sequencer failed" in caplog.text
     assert [leaf.position for leaf in log.leaves()] == list(range(1, 9))
     assert log.tree().root() == tree_head(_recomputed_leaf_hashes(store))
