@@ -165,7 +165,7 @@ class MerkleLog:
                 raise ValueError(f"the log is sequenced up to {stored}, not below {positions[0]}")
             curs.execute(
                 self._sql(
-                    "SELECT c.task_id, c.version, c.hash FROM unnest(%s::uuid[], %s::bigint[]) k(t, v)"
+                    "SELECT c.task_id, c.version, c.hash FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{chain} c ON c.task_id = k.t AND c.version = k.v"
                 ),
                 ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
@@ -173,7 +173,7 @@ class MerkleLog:
             hashes = {(row["task_id"], row["version"]): bytes(row["hash"]) for row in curs.fetchall()}
             curs.execute(
                 self._sql(
-                    "SELECT l.task_id, l.version, l.leaf_index FROM unnest(%s::uuid[], %s::bigint[]) k(t, v)"
+                    "SELECT l.task_id, l.version, l.leaf_index FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{leaves} l ON l.task_id = k.t AND l.version = k.v"
                 ),
                 ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
@@ -198,7 +198,7 @@ class MerkleLog:
                     self._sql(
                         "INSERT INTO {schema}.{leaves}"
                         " (leaf_index, log_position, task_id, version, chain_hash) SELECT * FROM"
-                        " unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::bigint[], %s::bytea[])"
+                        " unnest(%b::bigint[], %b::bigint[], %b::uuid[], %b::bigint[], %b::bytea[])"
                     ),
                     (
                         [leaf.index for leaf in leaves],
@@ -211,7 +211,7 @@ class MerkleLog:
                 curs.execute(
                     self._sql(
                         "INSERT INTO {schema}.{nodes} (level, position, hash)"
-                        " SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])"
+                        " SELECT * FROM unnest(%b::smallint[], %b::bigint[], %b::bytea[])"
                     ),
                     ([n.level for n, _ in nodes], [n.position for n, _ in nodes], [h for _, h in nodes]),
                 )
@@ -248,7 +248,7 @@ class MerkleLog:
         if not nodes:
             return []
         rows = self._rows(
-            "SELECT n.level, n.position, n.hash FROM unnest(%s::smallint[], %s::bigint[]) k(l, p)"
+            "SELECT n.level, n.position, n.hash FROM unnest(%b::smallint[], %b::bigint[]) k(l, p)"
             " JOIN {schema}.{nodes} n ON n.level = k.l AND n.position = k.p",
             ([node.level for node in nodes], [node.position for node in nodes]),
         )

@@ -86,7 +86,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         self.chain_table = CHAIN_TABLE
         chain = Identifier(self.chain_table)
         self._select_links = SQL(
-            "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
+            "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%b::uuid[], %b::bigint[]) AS k(id, version)"
             " ON c.task_id = k.id AND c.version = k.version"
         ).format(schema, chain)
         self._append = SQL(
@@ -618,7 +618,7 @@ async def select_events_at(
     await cursor.execute(
         SQL(
             "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
-            " JOIN unnest(%s::uuid[], %s::bigint[]) AS k(id, version)"
+            " JOIN unnest(%b::uuid[], %b::bigint[]) AS k(id, version)"
             " ON e.originator_id = k.id AND e.originator_version = k.version"
         ).format(Identifier(schema), Identifier(table)),
         ([k[0] for k in keys], [k[1] for k in keys]),
