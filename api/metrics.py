@@ -28,6 +28,7 @@ from projections.projector import lags
 from store.application import TaskApplication
 from store.deliveries import DELIVERY_STATES, delivery_counts
 from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
 
 RELAY_POSITION_TABLE = "longhaul_relay_position"
 
@@ -84,7 +85,7 @@ class StoreCollector(Collector):
         statement = SQL("SELECT stream, position FROM {}.{}").format(
             Identifier(recorder.datastore.schema), Identifier(RELAY_POSITION_TABLE)
         )
-        with recorder.datastore.transaction(commit=False) as curs:
+        with read_transaction(recorder.datastore) as curs:
             curs.execute(statement)
             positions = {str(row["stream"]): int(row["position"]) for row in curs.fetchall()}
         if self.relay_stream is not None:
@@ -137,7 +138,7 @@ class StoreCollector(Collector):
         recorder = self.store.recorder
         if not isinstance(recorder, PostgresRunQueueRecorder):
             return  # a memory store: no dispatcher
-        with recorder.datastore.transaction(commit=False) as curs:
+        with read_transaction(recorder.datastore) as curs:
             counts = delivery_counts(curs, recorder.datastore.schema)
         yield GaugeMetricFamily(
             "longhaul_webhook_backlog",

@@ -32,6 +32,7 @@ from domain.task import Task
 from store.application import APP_NAME, TaskApplication
 from store.config import StoreConfig, postgres_env
 from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
 from store.retry import retry_lost_connection
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         return retry_lost_connection(self._rows)
 
     def _rows(self) -> list[R]:
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(
                 SQL("SELECT * FROM {}.{} ORDER BY task_id").format(
                     Identifier(self.datastore.schema), Identifier(self.view_table_name)
@@ -289,7 +290,7 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         return retry_lost_connection(functools.partial(self._row, task_id))
 
     def _row(self, task_id: UUID) -> R | None:
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(self._select_row, (task_id,), prepare=True)
             found = curs.fetchone()
         return self.row_of(found) if found else None

@@ -35,6 +35,7 @@ from projections.folded_view import FoldedView, projection_runner_for
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
 
 INDEX_NAME = "longhaul_retention_index"
 """The projection's name: the index table, and ``<name>_tracking`` for its position."""
@@ -100,7 +101,7 @@ class RetentionIndexRecorder(FoldedView[RetentionRow]):
             " AND (%s::timestamptz IS NULL OR (ended_at, task_id) > (%s::timestamptz, %s::uuid))"
             " ORDER BY ended_at, task_id LIMIT %s"
         ).format(Identifier(self.datastore.schema), Identifier(self.view_table_name))
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(statement, (ended_before, since, since, after_id, limit), prepare=True)
             return [self.row_of(found) for found in curs.fetchall()]
 

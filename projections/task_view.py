@@ -40,6 +40,7 @@ from projections.folded_view import FoldedView, projection_runner_for
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
 
 VIEW_NAME = "longhaul_task_view"
 """The projection's name: the view table, and ``<name>_tracking`` for its position."""
@@ -197,7 +198,7 @@ class TaskViewRecorder(FoldedView[TaskViewRow]):
         if query.status_after is not None:
             where.append("status_timestamp >= %s")
             params.append(query.status_after)
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(self._sql("SELECT count(*) AS n FROM {schema}.{table} WHERE {where}", where), params)
             counted = curs.fetchone()
             total = int(counted["n"]) if counted else 0

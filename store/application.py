@@ -59,6 +59,7 @@ from store.retention import RetentionPolicy, span
 from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueue, RunQueueRow
 from store.secret_parts import holds_sealed, needs_sealing, redact_message, reveal_message, seal_message
+from store.statistics import TableStatistics
 from store.task_keys import TaskKey, TaskKeys
 from store.transcodings import register_domain_transcodings
 
@@ -134,6 +135,14 @@ class TaskApplication(Application[UUID]):
         if not isinstance(recorder, PostgresRunQueueRecorder):
             return None
         return MerkleLog(recorder.datastore, chain_table=recorder.chain_table)
+
+    @functools.cached_property
+    def statistics(self) -> TableStatistics | None:
+        """The planner's statistics of the store's tables (``store.statistics``); none in memory."""
+        recorder = self.recorder
+        if not isinstance(recorder, PostgresRunQueueRecorder):
+            return None
+        return TableStatistics(recorder.datastore)
 
     def get(self, task_id: UUID, version: int | None = None) -> Task:
         """Rebuild a task from its snapshot and events (at ``version``, if given)."""

@@ -21,6 +21,7 @@ from store.log_audit import InLog, LeafPass, LogFault, checkpoint_faults, consis
 from store.merkle import Node
 from store.merkle_log import LEAVES_TABLE, NODES_TABLE, PAGE, Leaf, MerkleLog
 from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
 from store.signed_notes import VerifierKey
 
 
@@ -40,7 +41,7 @@ class LogAuditReads:
             leaves=Identifier(LEAVES_TABLE),
             nodes=Identifier(NODES_TABLE),
         )
-        with self._datastore.transaction(commit=False) as curs:
+        with read_transaction(self._datastore) as curs:
             curs.execute(query, params)
             return curs.fetchall()
 

@@ -48,6 +48,7 @@ from psycopg.sql import SQL, Identifier
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.merkle_log import PURGED_TABLE
+from store.reads import read_transaction
 from store.run_queue import RUN_QUEUE_TABLE, EachAppended, RunQueueRow, StoredHistory
 from store.task_keys import KeyChanges, PostgresTaskKeys
 
@@ -275,7 +276,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         statement = SQL(sql).format(
             schema=Identifier(self.datastore.schema), table=Identifier(self.run_queue_table)
         )
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
@@ -376,7 +377,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         if not ids:
             return {}
         schema = Identifier(self.datastore.schema)
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(
                 SQL(
                     "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state"
@@ -413,7 +414,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         In version order, at most ``limit`` of them: the gateway's task feed catches up from
         here on what NATS did not bring (one primary-key range).
         """
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(
                 SQL(
                     "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{}"
@@ -513,7 +514,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         since = SQL("WHERE originator_id > %s") if after is not None else SQL("")
         chain_since = SQL("WHERE task_id > %s") if after is not None else SQL("")
         params = (after,) if after is not None else ()
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(
                 SQL(
                     "SELECT id FROM ((SELECT DISTINCT originator_id AS id FROM {}.{} {} ORDER BY 1 LIMIT %s)"
@@ -535,7 +536,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         """Each task's events and chain hashes, joined by version (either may be missing), in order."""
         ids = list(task_ids)
         schema = Identifier(self.datastore.schema)
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(
                 SQL(
                     "SELECT coalesce(e.originator_id, c.task_id) AS task_id,"

@@ -27,6 +27,8 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
+from store.reads import read_transaction
+
 JSON = dict[str, Any]
 
 TASK_KEYS_TABLE = "longhaul_task_keys"
@@ -159,7 +161,7 @@ class PostgresTaskKeys:
 
     def get(self, task_id: UUID) -> TaskKey | None:
         """The task's key, or ``None``."""
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(self._select, (task_id,), prepare=True)
             rows = curs.fetchall()
         if not rows:
@@ -177,7 +179,7 @@ class PostgresTaskKeys:
 
     def count(self) -> int:
         """How many keys exist."""
-        with self.datastore.transaction(commit=False) as curs:
+        with read_transaction(self.datastore) as curs:
             curs.execute(self._count)
             rows = curs.fetchall()
         return int(rows[0]["n"]) if rows else 0

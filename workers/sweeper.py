@@ -15,6 +15,11 @@ goes on after it (a keyset cursor on end time and id), at most ``EXPIRY_PAGES`` 
 tasks with a long retention never hold up those behind them. The cost of a round is bounded;
 what the candidates cost is the number of tasks ended between the shortest retention and their
 own, read again in each round that reaches them.
+
+When PostgreSQL's autovacuum is off, the sweeper also keeps the planner's statistics of the
+store's tables, every ``REFRESH_EVERY_S`` seconds, by autovacuum's own rule
+(``store.statistics``, ADR 0047): without them the plans made while the tables were small stay,
+and claims, loads and appends cost more as the log grows.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from projections.retention_index import RetentionIndexRecorder, RetentionRow, op
 from store.application import TaskApplication
 from store.errors import ConflictError, RetentionNotReachedError
 from store.retention import RetentionPolicy
+from store.statistics import REFRESH_EVERY_S
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +74,16 @@ class Sweeper:
             self.retention,
             source,
         )
+        every = max(1, round(REFRESH_EVERY_S / self.interval)) if self.interval > 0 else 1
+        rounds = 0
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sweep_once)
+                if rounds % every == 0:
+                    await asyncio.to_thread(self.refresh_statistics)
             except Exception as error:  # noqa: BLE001 - keep sweeping; the next round retries
                 log.warning("sweep failed: %r", error)
+            rounds += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
         log.info("sweeper stopped")
@@ -85,6 +96,11 @@ class Sweeper:
         ended = sum(_swept(end_pause, task_id) for task_id in self.store.run_queue.due_pauses(now, BATCH))
         expired = sum(_swept(expire, task_id) for task_id in self._due_expiries(now))
         return ended, expired
+
+    def refresh_statistics(self) -> list[str]:
+        """Analyze the store's tables whose statistics are stale, if autovacuum is off (none in memory)."""
+        statistics = self.store.statistics
+        return statistics.refresh() if statistics is not None else []
 
     def _due_expiries(self, now: datetime) -> list[UUID]:
         """Up to ``BATCH`` tasks past their own retention, from ``EXPIRY_PAGES`` pages at most."""

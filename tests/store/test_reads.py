@@ -1,0 +1,79 @@
+"""Reads keep their connection's prepared statements (``store.reads``).
+
+psycopg forgets every statement a connection prepared when a transaction rolls back, and sends
+``DEALLOCATE ALL``: a read that ended with ROLLBACK paid one round trip more and planned its
+statements again on the next call. Each read here runs six times on a store whose pool holds one
+connection; the statements it prepared must still be prepared on that connection afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from store.application import TaskApplication
+from store.config import StoreConfig
+from store.postgres import PostgresRunQueueRecorder
+from store.reads import read_transaction
+from tests.support.tasks import new_task
+
+NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def one_connection(store_config: StoreConfig) -> Iterator[TaskApplication]:
+    store = TaskApplication(replace(store_config, pool_size=1, max_overflow=0))
+    yield store
+    store.close()
+
+
+def _recorder(store: TaskApplication) -> PostgresRunQueueRecorder:
+    recorder = store.recorder
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    return recorder
+
+
+def _prepared(store: TaskApplication) -> list[str]:
+    """The statements prepared on the pool's one connection."""
+    with _recorder(store).datastore.get_connection() as conn:
+        rows = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+    return [str(row["statement"]) for row in rows]
+
+
+READS: dict[str, tuple[Callable[[TaskApplication, Any], object], str]] = {
+    "claimable": (lambda s, t: s.run_queue.claimable(NOW, 16, [("echo", 1)]), "ORDER BY lease_until"),
+    "next_lease_end": (lambda s, t: s.run_queue.next_lease_end([("echo", 1)]), "min(lease_until)"),
+    "get_many": (lambda s, t: s.get_many([t.id]), "originator_version > s.after"),
+    "task_notifications": (lambda s, t: _recorder(s).task_notifications(t.id, after=0), "LIMIT"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_a_read_keeps_the_statements_it_prepared(one_connection: TaskApplication, name: str) -> None:
+    task = new_task(NOW)
+    task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(minutes=5))
+    one_connection.save_tasks(task)
+    read, text = READS[name]
+    for _ in range(6):  # psycopg prepares a statement on its 5th execution, or at once with prepare=True
+        read(one_connection, task)
+    assert any(text in statement for statement in _prepared(one_connection)), _prepared(one_connection)
+
+
+def test_a_read_transaction_sees_one_snapshot_and_writes_nothing(store: TaskApplication) -> None:
+    """Two statements in one read transaction read the same snapshot; a write inside it is
+    committed like any other statement would be, so reads are all it is used for."""
+    datastore = _recorder(store).datastore
+    with read_transaction(datastore) as curs:
+        curs.execute("SELECT txid_current_if_assigned() AS x, now() AS t")
+        first = curs.fetchone()
+        curs.execute("SELECT txid_current_if_assigned() AS x, now() AS t")
+        second = curs.fetchone()
+    assert first is not None
+    assert second is not None
+    assert first["t"] == second["t"]  # now() is the transaction's start: one transaction
+    assert first["x"] is None
+    assert second["x"] is None
