@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 
 from eventsourcing.postgres import PostgresDatastore
+from psycopg import Connection
+from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 log = logging.getLogger(__name__)
@@ -42,8 +44,7 @@ class TableStatistics:
     def autovacuum_on(self) -> bool:
         """Whether the server's autovacuum runs (and so keeps the statistics)."""
         with self._datastore.get_connection() as conn:
-            row = conn.execute("SELECT current_setting('autovacuum') = 'on' AS on").fetchone()
-        return bool(row and row["on"])
+            return _autovacuum_on(conn)
 
     def stale(self) -> list[str]:
         """The schema's tables whose rows changed past autovacuum's analyze threshold.
@@ -51,29 +52,36 @@ class TableStatistics:
         Changed since their last analyze, by anyone: autovacuum, an operator, this class.
         """
         with self._datastore.get_connection() as conn:
-            rows = conn.execute(_STALE, (self._datastore.schema,)).fetchall()
-        return [str(row["relname"]) for row in rows]
+            return self._stale(conn)
 
     def refresh(self, *, autovacuum_on: bool | None = None) -> list[str]:
         """ANALYZE every stale table, unless autovacuum is on; returns the tables analyzed.
 
-        ``autovacuum_on`` is the server's setting, read when not given.
+        ``autovacuum_on`` is the server's setting, read when not given. One connection for all.
         """
-        if autovacuum_on is None:
-            autovacuum_on = self.autovacuum_on()
-        if autovacuum_on:
-            return []
-        tables = self.stale()
-        if tables and not self._told:
-            log.info(
-                "PostgreSQL's autovacuum is off: longhaul analyzes its own tables when their rows"
-                " change by autovacuum's analyze threshold (ADR 0047)"
-            )
-            self._told = True
         with self._datastore.get_connection() as conn:
-            for table in tables:
-                conn.execute(
-                    SQL("ANALYZE {}.{}").format(Identifier(self._datastore.schema), Identifier(table))
+            if autovacuum_on is None:
+                autovacuum_on = _autovacuum_on(conn)
+            if autovacuum_on:
+                return []
+            tables = self._stale(conn)
+            if tables and not self._told:
+                log.info(
+                    "PostgreSQL's autovacuum is off: longhaul analyzes its own tables when their rows"
+                    " change by autovacuum's analyze threshold (ADR 0047)"
                 )
+                self._told = True
+            schema = Identifier(self._datastore.schema)
+            for table in tables:
+                conn.execute(SQL("ANALYZE {}.{}").format(schema, Identifier(table)))
                 log.debug("analyzed %s.%s", self._datastore.schema, table)
         return tables
+
+    def _stale(self, conn: Connection[DictRow]) -> list[str]:
+        rows = conn.execute(_STALE, (self._datastore.schema,)).fetchall()
+        return [str(row["relname"]) for row in rows]
+
+
+def _autovacuum_on(conn: Connection[DictRow]) -> bool:
+    row = conn.execute("SELECT current_setting('autovacuum') = 'on' AS on").fetchone()
+    return bool(row and row["on"])

@@ -79,10 +79,13 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sweep_once)
-                if rounds % every == 0:
-                    await asyncio.to_thread(self.refresh_statistics)
             except Exception as error:  # noqa: BLE001 - keep sweeping; the next round retries
                 log.warning("sweep failed: %r", error)
+            if rounds % every == 0:
+                try:
+                    await asyncio.to_thread(self.refresh_statistics)
+                except Exception as error:  # noqa: BLE001 - statistics are an aid: try again later
+                    log.warning("analyzing the store's tables failed: %r", error)
             rounds += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
