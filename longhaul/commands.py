@@ -70,7 +70,8 @@ STORE_POOL_SIZE = 8
 """Connections a process keeps open (plus as many again on demand). Store calls run in asyncio's
 default thread pool (a few threads), so more connections would only sit idle."""
 PROJECTOR_POOL_SIZE = 2
-"""Connections the projector's own store keeps (it reads batches of the log; the view has its own)."""
+"""Connections the projector's store keeps (plus as many again on demand): its subscription's
+LISTEN, its reads of the log and the views' shared transactions (``projections.projector``)."""
 HTTP_SHUTDOWN_GRACE_S = 5
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 HTTP_KEEPALIVE_S = 75
@@ -444,7 +445,7 @@ async def projector(settings: Settings) -> None:
 
 
 async def _projector(config: StoreConfig, stop: asyncio.Event) -> None:
-    """Run the library's projection runners (``projections.projector``) in a thread until ``stop``."""
+    """Run the projector (``projections.projector``) in a thread until ``stop``."""
     halt = threading.Event()
     small = replace(config, pool_size=PROJECTOR_POOL_SIZE, max_overflow=PROJECTOR_POOL_SIZE)
     thread = threading.Thread(target=run_projector, args=(small, halt), name="projector", daemon=True)

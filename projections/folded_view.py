@@ -1,36 +1,34 @@
 """A read model of one row per task, folded from the log by a projection, exactly once.
 
-``FoldedView`` is a ``PostgresTrackingRecorder`` (the view of an ``eventsourcing``
-``Projection``) whose rows are folded from each task's events by ``next_row``: its one command,
-``apply``, writes the task's new row **and** the view's position in the log in one transaction,
-so each event is applied exactly once however often the projector stops and starts (a position
-already recorded is refused and its transaction rolled back). ``rebuild`` recomputes every row
-from the log while the projector runs. The current-task view (``projections.task_view``) and the
+``FoldedView`` is a ``PostgresTrackingRecorder`` (the library's recorder of a position in the
+log, in its single-row tracking table) whose rows are folded from each task's events by
+``next_row``. Its commands run in the projector's transaction (``projections.projector``), which
+writes a batch's rows **and** the view's position together: ``move_position`` records the new
+position only if the recorded one is still the one the projector read (a compare-and-set, so
+each event is applied exactly once however often projectors stop, start or run side by side),
+``fold`` folds the batch into the rows it changes. ``rebuild`` recomputes every row from the log
+while the projector runs. The current-task view (``projections.task_view``) and the
 retention index (``projections.retention_index``) are both one; their tables come from the
 schema migrations, not from the library's ``create_table``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import IntegrityError, StoredEvent, Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
-from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from domain.task import Task
-from store.application import APP_NAME, TaskApplication
-from store.config import StoreConfig, postgres_env
+from store.application import TaskApplication
 from store.postgres import PostgresRunQueueRecorder
 from store.reads import read_transaction
 from store.retry import retry_lost_connection
@@ -50,7 +48,6 @@ class Row(Protocol):
 
 
 R = TypeVar("R", bound=Row)
-V = TypeVar("V", bound="FoldedView[Any]")
 
 
 @dataclass(frozen=True)
@@ -78,11 +75,6 @@ class Rebuilt:
     """The rows written."""
 
 
-def tracking_params(tracking: Tracking) -> dict[str, Any]:
-    """The parameters of the library's position write (``insert_tracking_statement``)."""
-    return {"application_name": tracking.application_name, "notification_id": tracking.notification_id}
-
-
 class FoldedView(PostgresTrackingRecorder, Generic[R]):
     """Rows of ``row_type`` in ``<schema>.<view_table>``, the position in ``<view_table>_tracking``."""
 
@@ -101,20 +93,28 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         # Rendered once: psycopg renders a ``Composed`` again on every execute.
         schema, table = Identifier(datastore.schema), Identifier(self.view_table_name)
         self._select_row = SQL("SELECT * FROM {}.{} WHERE task_id = %s").format(schema, table).as_string()
-        # The library's own single-row position write (named parameters, RETURNING the position):
-        # no row returned when the position is recorded already.
-        track = self.insert_tracking_statement
-        self._track = track.as_string()
-        self._track_and_select = (
+        self._select_rows = (
+            SQL("SELECT * FROM {}.{} WHERE task_id = ANY(%s)").format(schema, table).as_string()
+        )
+        tracking = Identifier(self.tracking_table_name)
+        self._move_position = (
             SQL(
-                "WITH tracked AS ({track}) SELECT found.* FROM tracked LEFT JOIN {schema}.{table} AS found"
-                " ON found.task_id = %(task_id)s"
+                "UPDATE {schema}.{tracking} SET notification_id = %(to)s"
+                " WHERE application_name = %(name)s AND notification_id = %(expected)s"
+                " RETURNING notification_id"
             )
-            .format(track=track, schema=schema, table=table)
+            .format(schema=schema, tracking=tracking)
             .as_string()
         )
-        """The position written and the task's row read in one statement: no row returned when the
-        position is recorded; one, its columns null when the task has no row, otherwise."""
+        self._first_position = (
+            SQL(
+                "INSERT INTO {schema}.{tracking} (application_name, notification_id)"
+                " VALUES (%(name)s, %(to)s) ON CONFLICT (application_name) DO NOTHING"
+                " RETURNING notification_id"
+            )
+            .format(schema=schema, tracking=tracking)
+            .as_string()
+        )
         columns = SQL(", ").join(Identifier(c) for c in self.columns)
         updates = SQL(", ").join(
             SQL("{0} = EXCLUDED.{0}").format(Identifier(c)) for c in self.columns if c != "task_id"
@@ -141,7 +141,7 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
     def reads_row(self, event: Task.Event) -> bool:
         """Whether ``next_row`` reads the task's row for ``event``.
 
-        If not, ``apply`` does not read it: ``next_row(None, event, ...)`` is then what
+        If not, ``fold`` reads no row for it: ``next_row(None, event, ...)`` is then what
         ``next_row(row, event, ...)`` is for any row.
         """
         return not isinstance(event, Task.Submitted)
@@ -154,58 +154,46 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
     def _values(self, row: R) -> tuple[Any, ...]:
         return tuple(getattr(row, c) for c in self.columns)
 
-    # ------------------------------------------------------------------ the command
+    # ------------------------------------------------------------------ the commands
 
-    def apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        """Apply one event to its task's row and record ``tracking``, in one transaction.
+    def move_position(
+        self, curs: Cursor[DictRow], application_name: str, expected: int | None, to: int
+    ) -> bool:
+        """Record position ``to`` if the recorded one is still ``expected`` (``None``: none recorded).
 
-        The position is written first: a position already recorded raises ``IntegrityError``
-        before any row is touched, and a running ``rebuild`` (which locks the position table
-        first) is waited for rather than deadlocked with. A lost connection rolls the
-        transaction back and it is tried again (``retry_lost_connection``).
-
-        As few round trips as that allows (ADR 0044): an event that leaves the row as it is (by
-        ``reads_row`` and ``next_row``) records only the position, one statement; one that needs
-        the row writes the position and reads the row in one statement (the read takes no lock a
-        rebuild waits for); the row is not read for an event whose new row does not depend on it.
+        A compare-and-set, the view's fence (ADR 0048): ``False``, and nothing written, when
+        another writer (a second projector, a rebuild) moved the position since it was read. Run
+        first in the transaction of the rows it records: its row lock holds a second projector
+        back until the commit, and a running rebuild (which locks the position table first) is
+        waited for before anything is read.
         """
-        retry_lost_connection(functools.partial(self._apply, event, tracking))
-
-    def _apply(self, event: DomainEventProtocol[UUID], tracking: Tracking) -> None:
-        position = tracking.notification_id
-        if not isinstance(event, Task.Event):  # the log holds nothing else; anything else only moves on
-            self._record_position(tracking)
-        elif not self.reads_row(event):
-            row = self.next_row(None, event, position)
-            if row is None:
-                self._record_position(tracking)
-            else:
-                with self.datastore.transaction(commit=True) as curs:
-                    self._refuse_recorded(curs.execute(self._track, tracking_params(tracking), prepare=True))
-                    curs.execute(self._upsert, self._values(row), prepare=True)
+        if expected is None:
+            curs.execute(self._first_position, {"name": application_name, "to": to}, prepare=True)
         else:
-            with self.datastore.transaction(commit=True) as curs:
-                params = {**tracking_params(tracking), "task_id": event.originator_id}
-                found = self._refuse_recorded(curs.execute(self._track_and_select, params, prepare=True))
-                row = self.next_row(None if found["task_id"] is None else self.row_of(found), event, position)
-                if row is not None:
-                    curs.execute(self._upsert, self._values(row), prepare=True)
+            params = {"name": application_name, "expected": expected, "to": to}
+            curs.execute(self._move_position, params, prepare=True)
+        return curs.fetchone() is not None
 
-    def _record_position(self, tracking: Tracking) -> None:
-        """Only the position: one statement, its own transaction."""
-        with self.datastore.get_connection() as conn:
-            self._refuse_recorded(conn.execute(self._track, tracking_params(tracking), prepare=True))
+    def fold(self, curs: Cursor[DictRow], events: Sequence[tuple[Task.Event, int]]) -> int:
+        """Fold ``events`` (each with its log position, in log order) into their tasks' rows.
 
-    def _refuse_recorded(self, curs: Cursor[DictRow]) -> DictRow:
-        """The position statement's one row.
-
-        ``IntegrityError`` (the library's) when it returned none: the position was recorded
-        already (and the transaction is rolled back).
+        One read of the rows the events need (by ``reads_row``; none if no event reads one), the
+        fold in memory, one upsert of each row changed; returns the rows written. The caller
+        records the position in the same transaction (``move_position``).
         """
-        found = curs.fetchone()
-        if found is None:
-            raise IntegrityError(f"position already recorded in {self.tracking_table_name}")
-        return found
+        wanted = {event.originator_id for event, _ in events if self.reads_row(event)}
+        rows: dict[UUID, R] = {}
+        if wanted:
+            curs.execute(self._select_rows, (list(wanted),), prepare=True)
+            rows = {found["task_id"]: self.row_of(found) for found in curs.fetchall()}
+        changed: dict[UUID, R] = {}
+        for event, position in events:
+            row = self.next_row(rows.get(event.originator_id), event, position)
+            if row is not None:
+                rows[row.task_id] = changed[row.task_id] = row
+        if changed:
+            curs.executemany(self._upsert, [self._values(row) for row in changed.values()])
+        return len(changed)
 
     def rebuild(self, app: TaskApplication) -> Rebuilt:
         """Recompute every row from the log, in one transaction; returns what it rebuilt.
@@ -301,43 +289,3 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
             position=self.max_tracking_id(app.name) or 0,
             log_position=app.recorder.max_notification_id() or 0,
         )
-
-
-def projector_env(config: StoreConfig, *, pool_size: int = 2) -> dict[str, str]:
-    """The ``eventsourcing`` environment of a projector's view (migrations own its tables)."""
-    env = postgres_env(config)
-    env.update(
-        {"CREATE_TABLE": "n", "POSTGRES_POOL_SIZE": str(pool_size), "POSTGRES_MAX_OVERFLOW": str(pool_size)}
-    )
-    return env
-
-
-@contextlib.contextmanager
-def projection_runner_for(
-    config: StoreConfig, projection_class: type[Projection[V]], view_class: type[V]
-) -> Iterator[ProjectionRunner[TaskApplication, V]]:
-    """The library's runner of one projection over the store at ``config``, following from the start.
-
-    The runner opens its own ``TaskApplication`` (which migrates the schema) and resumes after
-    the view's recorded position; ``run_forever`` re-raises a failure of its processing thread,
-    ``wait(position)`` waits until the view applied ``position``. On leaving, the runner is
-    stopped and the view's connection pool closed.
-    """
-
-    class _Application(TaskApplication):
-        name = APP_NAME
-
-        def __init__(self, env: Any = None) -> None:
-            super().__init__(config)
-
-    runner: ProjectionRunner[TaskApplication, V] = ProjectionRunner(
-        application_class=_Application,
-        projection_class=projection_class,
-        view_class=view_class,
-        env=projector_env(config),
-    )
-    try:
-        with runner:
-            yield runner
-    finally:
-        runner.view.datastore.close()

@@ -100,6 +100,23 @@ class LogFollower:
         name, mapper = self._app.name, self._app.mapper
         return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
 
+    def take(self, wait_s: float) -> list[Followed]:
+        """``next_batch`` for a consumer in a thread: blocks up to ``wait_s`` for the first event.
+
+        Returns an empty list if nothing arrived in time; raises the subscription's failure once
+        the events read before it were returned.
+        """
+        with self._ready:
+            if not self._items and self._ended is None:
+                self._ready.wait(wait_s)
+        taken = self._take(self._limit)
+        if taken == []:  # nothing is left and the subscription ended
+            with self._ready:
+                assert self._ended is not None
+                raise self._ended
+        name, mapper = self._app.name, self._app.mapper
+        return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken or ()]
+
     async def next_notifications(
         self, wait_s: float, stop: asyncio.Event | None = None, *, gather_s: float = 0.0
     ) -> list[Notification]:
@@ -182,11 +199,13 @@ class LogFollower:
                     if self._stopping:
                         return
                     self._items.append(notification)
-                    if len(self._items) == 1:
-                        self._signal()  # the consumer may be waiting for the first
+                    if len(self._items) == 1:  # the consumer may be waiting for the first
+                        self._signal()
+                        self._ready.notify_all()
             ended = RuntimeError("the subscription to the log ended")
         except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
             ended = error
         with self._ready:
             self._ended = ended
             self._signal()
+            self._ready.notify_all()

@@ -1,88 +1,176 @@
 """The projector: keeps every projection following the log (``longhaul projector``, and ``up``).
 
 The projections are the current-task view (``projections.task_view``) and the retention index
-(``projections.retention_index``), each run by the library's ``ProjectionRunner`` with its own
-position, so each resumes where it stopped and can be rebuilt on its own.
+(``projections.retention_index``), both ``FoldedView``s over the store's database. One
+subscription to the log (a ``LogFollower``, on the library's subscription) feeds them both, and
+each batch it hands over is applied to both views in **one transaction** (ADR 0048): per view,
+its position moved by compare-and-set (``FoldedView.move_position``), one read of the rows the
+batch needs and one upsert per row changed (``FoldedView.fold``). Each view keeps its own
+position, so each resumes where it stopped and can be rebuilt on its own; the subscription starts
+after the lower of the two, and a view skips what it has applied.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eventsourcing.projection import ProjectionRunner
+from eventsourcing.postgres import PostgresDatastore
 
+from domain.task import Task
 from projections import retention_index, task_view
 from projections.folded_view import FoldedView, Lag, Rebuilt
+from projections.log_follower import Followed, LogFollower
 from store.application import TaskApplication
 from store.config import StoreConfig
+from store.postgres import PostgresRunQueueRecorder
+from store.retry import retry_lost_connection
 
 log = logging.getLogger(__name__)
 
 LAG_LOG_S = 60.0
 """How often a running projector logs its lag."""
+WAIT_S = 0.1
+"""How long the projector waits for the next batch before it looks at its stop flag again."""
 
 
 @dataclass(frozen=True)
 class Kept:
-    """One projection the projector keeps: its names, its runner, how to open its view."""
+    """One projection the projector keeps: its names and how to open its view."""
 
     key: str
     """Its name in metrics (the ``projection`` label)."""
     label: str
     """Its name in logs and ``longhaul projections``."""
-    runner: Callable[[StoreConfig], AbstractContextManager[ProjectionRunner[TaskApplication, Any]]]
     open: Callable[[TaskApplication], FoldedView[Any] | None]
 
 
 PROJECTIONS = (
-    Kept("task_view", "current-task view", task_view.projection_runner, task_view.open_view),
-    Kept("retention_index", "retention index", retention_index.projection_runner, retention_index.open_index),
+    Kept("task_view", "current-task view", task_view.open_view),
+    Kept("retention_index", "retention index", retention_index.open_index),
 )
 
 
-@contextlib.contextmanager
-def _runners(config: StoreConfig) -> Iterator[list[ProjectionRunner[TaskApplication, Any]]]:
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(kept.runner(config)) for kept in PROJECTIONS]
+class PositionMovedError(Exception):
+    """A view's recorded position is not the one the projector read: another writer moved it."""
+
+
+class Projector:
+    """``views`` over ``app``'s database, applying the log's events to them in shared transactions."""
+
+    def __init__(self, app: TaskApplication, views: Sequence[FoldedView[Any]]) -> None:
+        recorder = app.recorder
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        self._app = app
+        self._datastore: PostgresDatastore = recorder.datastore
+        if any(view.datastore is not self._datastore for view in views):
+            raise ValueError("a projector's views share its store's database pool")
+        self._views = list(views)
+        self._positions: list[int | None] = []
+        self._read_positions()
+
+    @property
+    def after(self) -> int:
+        """The position the projector follows the log after: the lowest of the views'."""
+        return min((p or 0 for p in self._positions), default=0)
+
+    def _read_positions(self) -> None:
+        self._positions = [view.max_tracking_id(self._app.name) for view in self._views]
+
+    def apply(self, batch: Sequence[Followed]) -> int:
+        """Apply ``batch`` (events with their positions, in log order) to every view; the rows written.
+
+        One transaction for all the views, so each event is applied to each view exactly once: a
+        view skips the events at or before its recorded position, and if that position moved since
+        it was read (a second projector, a rebuild), the transaction is rolled back and the batch
+        applied again after the positions are read anew. A lost connection tries it again too
+        (``retry_lost_connection``).
+        """
+        while True:
+            try:
+                return retry_lost_connection(functools.partial(self._apply, batch))
+            except PositionMovedError:
+                self._read_positions()
+
+    def _apply(self, batch: Sequence[Followed]) -> int:
+        written = 0
+        moved: list[tuple[int, int]] = []
+        with self._datastore.transaction(commit=True) as curs:
+            for index, view in enumerate(self._views):
+                recorded = self._positions[index]
+                new = [
+                    (event, t.notification_id) for event, t in batch if t.notification_id > (recorded or 0)
+                ]
+                if not new:
+                    continue
+                to = new[-1][1]
+                if not view.move_position(curs, self._app.name, recorded, to):
+                    raise PositionMovedError(f"{view.tracking_table_name} moved from {recorded}")
+                # The log holds nothing but task events; anything else would only move the position.
+                written += view.fold(curs, [(e, p) for e, p in new if isinstance(e, Task.Event)])
+                moved.append((index, to))
+        for index, to in moved:
+            self._positions[index] = to
+        return written
+
+    def follow(
+        self, stop: threading.Event, *, lag_every_s: float = LAG_LOG_S, labels: Sequence[str] = ()
+    ) -> None:
+        """Follow the log until ``stop`` is set (blocking), applying what arrives batch by batch.
+
+        Logs each view's lag every ``lag_every_s`` seconds (named by ``labels``, in the views'
+        order). A failure of the subscription or the database is raised.
+        """
+        with LogFollower(self._app, after=self.after) as follower:
+            next_log = time.monotonic() + lag_every_s
+            while not stop.is_set():
+                batch = follower.take(WAIT_S)
+                if batch:
+                    self.apply(batch)
+                if time.monotonic() >= next_log:
+                    for label, view in zip(labels, self._views, strict=False):
+                        lag = view.lag(self._app)
+                        log.info(
+                            "projector: %s at position %d of %d (%d behind)",
+                            label,
+                            lag.position,
+                            lag.log_position,
+                            lag.behind,
+                        )
+                    next_log = time.monotonic() + lag_every_s
 
 
 def run_projector(
-    config: StoreConfig, stop: threading.Event, *, retry_s: float = 1.0, lag_every_s: float = LAG_LOG_S
+    config: StoreConfig,
+    stop: threading.Event,
+    *,
+    retry_s: float = 1.0,
+    lag_every_s: float = LAG_LOG_S,
+    projections: Sequence[Kept] = PROJECTIONS,
 ) -> None:
-    """Keep every projection following the log until ``stop`` is set (blocking; run it in a thread).
+    """Keep ``projections`` following the log until ``stop`` is set (blocking; run it in a thread).
 
-    Logs each projection's lag every ``lag_every_s`` seconds. A failure of a runner (the database
-    gone, a position recorded by a rebuild the runner did not know of) is logged and the runners
-    restarted, each from its recorded position.
+    Opens its own ``TaskApplication`` over ``config`` (which migrates the schema). A failure (the
+    database gone) is logged and the projector started again after ``retry_s``, each view from
+    its recorded position.
     """
     while not stop.is_set():
         try:
-            with _runners(config) as runners:
-                for kept, runner in zip(PROJECTIONS, runners, strict=True):
-                    position = runner.view.lag(runner.app).position
+            app = TaskApplication(config)
+            try:
+                views = [view for kept in projections if (view := kept.open(app)) is not None]
+                projector = Projector(app, views)
+                for kept, view in zip(projections, views, strict=True):
+                    position = view.max_tracking_id(app.name) or 0
                     log.info("projector: %s following the log after position %d", kept.label, position)
-                next_log = time.monotonic() + lag_every_s
-                while not stop.is_set() and not any(r.is_interrupted.is_set() for r in runners):
-                    for runner in runners:
-                        runner.run_forever(timeout=0.1)
-                    if time.monotonic() >= next_log:
-                        for kept, runner in zip(PROJECTIONS, runners, strict=True):
-                            lag = runner.view.lag(runner.app)
-                            log.info(
-                                "projector: %s at position %d of %d (%d behind)",
-                                kept.label,
-                                lag.position,
-                                lag.log_position,
-                                lag.behind,
-                            )
-                        next_log = time.monotonic() + lag_every_s
+                projector.follow(stop, lag_every_s=lag_every_s, labels=[kept.label for kept in projections])
+            finally:
+                app.close()
         except Exception as error:  # noqa: BLE001 - any failure: restart from the recorded positions
             log.warning("projector stopped (%r); restarting in %.1fs", error, retry_s)
             stop.wait(retry_s)

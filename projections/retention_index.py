@@ -1,9 +1,9 @@
 """The retention index: per task, its tenant, skill and the time retention counts from.
 
-``RetentionIndexRecorder`` is a ``FoldedView`` (``projections.folded_view``) kept by
-``RetentionIndexProjection``, run by the library's ``ProjectionRunner`` in ``longhaul
-projector`` beside the current-task view: each event applied exactly once, the row and the
-index's position in one transaction. A task's row comes with its ``Submitted`` event (the only
+``RetentionIndexRecorder`` is a ``FoldedView`` (``projections.folded_view``) kept by the
+projector (``projections.projector``, in ``longhaul projector`` and ``up``) beside the
+current-task view: each event applied exactly once, the rows and the index's position in one
+transaction. A task's row comes with its ``Submitted`` event (the only
 one that names tenant and skill); ``ended_at`` is set by the event that makes it terminal and
 never moved after it: retention counts from the task's end (``Task.ended_at``, as
 ``TaskApplication.expire`` checks it), and a push config set on an ended task does not move it
@@ -18,20 +18,15 @@ is expired that much later, never earlier (the use case checks the task itself).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Tracking
-from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg.sql import SQL, Identifier
 from typing_extensions import override
 
 from domain.task import Task
-from projections.folded_view import FoldedView, projection_runner_for
+from projections.folded_view import FoldedView
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
@@ -106,18 +101,6 @@ class RetentionIndexRecorder(FoldedView[RetentionRow]):
             return [self.row_of(found) for found in curs.fetchall()]
 
 
-class RetentionIndexProjection(Projection[RetentionIndexRecorder]):
-    """Follows the task log into the retention index."""
-
-    name = INDEX_NAME
-    topics: tuple[str, ...] = ()  # every event moves the position; the view ignores most
-
-    @override
-    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
-        """Apply ``domain_event`` to the index, with its position, exactly once."""
-        self.view.apply(domain_event, tracking)
-
-
 def open_index(app: TaskApplication) -> RetentionIndexRecorder | None:
     """The index over ``app``'s database and pool; ``None`` for a memory store."""
     if not isinstance(app.config, StoreConfig):
@@ -125,12 +108,3 @@ def open_index(app: TaskApplication) -> RetentionIndexRecorder | None:
     recorder = app.recorder
     assert isinstance(recorder, PostgresRunQueueRecorder)
     return RetentionIndexRecorder(recorder.datastore)
-
-
-@contextlib.contextmanager
-def projection_runner(
-    config: StoreConfig,
-) -> Iterator[ProjectionRunner[TaskApplication, RetentionIndexRecorder]]:
-    """The library's runner of the index over the store at ``config`` (see ``projection_runner_for``)."""
-    with projection_runner_for(config, RetentionIndexProjection, RetentionIndexRecorder) as runner:
-        yield runner

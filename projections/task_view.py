@@ -1,11 +1,10 @@
 """The current-task view: one row per task, kept by a projection that follows the log.
 
-``TaskViewProjection`` is an ``eventsourcing`` ``Projection``; ``TaskViewRecorder`` is its
-materialised view, a ``FoldedView`` (``projections.folded_view``: a ``PostgresTrackingRecorder``
-whose one command, ``apply``, writes the task's row **and** the view's position in the log in one
-transaction, so each event is applied exactly once however often the projector stops and starts).
-``projections.projector.run_projector`` runs it with the library's ``ProjectionRunner``, beside
-the retention index.
+``TaskViewRecorder`` is a ``FoldedView`` (``projections.folded_view``: a
+``PostgresTrackingRecorder`` whose rows and position in the log are written in one transaction,
+so each event is applied exactly once however often the projector stops and starts).
+``projections.projector`` keeps it following the log, beside the retention index, on one
+subscription.
 
 The row holds what ListTasks filters and sorts on: tenant, context, state, status timestamp
 (with skill, skill version, expiry, version and log position). How each event changes state and
@@ -21,22 +20,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Tracking
-from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg.sql import SQL, Composed, Identifier
 from typing_extensions import override
 
 from domain.states import TaskState
 from domain.task import Task
-from projections.folded_view import FoldedView, projection_runner_for
+from projections.folded_view import FoldedView
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
@@ -228,18 +224,6 @@ class TaskViewRecorder(FoldedView[TaskViewRow]):
         )
 
 
-class TaskViewProjection(Projection[TaskViewRecorder]):
-    """Follows the task log into the current-task view."""
-
-    name = VIEW_NAME
-    topics: tuple[str, ...] = ()  # every event: each one moves the row's version and position
-
-    @override
-    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
-        """Apply ``domain_event`` to the view, with its position, exactly once."""
-        self.view.apply(domain_event, tracking)
-
-
 def open_view(app: TaskApplication) -> TaskViewRecorder | None:
     """The view over ``app``'s database and pool (queries, rebuild); ``None`` for a memory store."""
     if not isinstance(app.config, StoreConfig):
@@ -247,10 +231,3 @@ def open_view(app: TaskApplication) -> TaskViewRecorder | None:
     recorder = app.recorder
     assert isinstance(recorder, PostgresRunQueueRecorder)
     return TaskViewRecorder(recorder.datastore)
-
-
-@contextlib.contextmanager
-def projection_runner(config: StoreConfig) -> Iterator[ProjectionRunner[TaskApplication, TaskViewRecorder]]:
-    """The library's runner of the view over the store at ``config`` (see ``projection_runner_for``)."""
-    with projection_runner_for(config, TaskViewProjection, TaskViewRecorder) as runner:
-        yield runner

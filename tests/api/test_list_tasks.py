@@ -1,6 +1,6 @@
-"""ListTasks, served from the current-task view that the library's projection runner keeps.
+"""ListTasks, served from the current-task view that the projector keeps.
 
-Every test runs on PostgreSQL with a real projector (``projections.task_view.projection_runner``)
+Every test runs on PostgreSQL with a real projector (``tests.support.projector``)
 following this test's schema; the tasks are made through the gateway and moved by ``Advance``.
 """
 
@@ -15,10 +15,10 @@ from uuid import UUID
 import pytest
 
 from api import wire
-from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, FakeClock, Rpc, error_of, log_position, user_message
+from tests.support.projector import projector_running
 
 JSON = dict[str, Any]
 WAIT_S = 20.0
@@ -31,7 +31,7 @@ CaughtUp = Callable[[], Awaitable[None]]
 @pytest.fixture
 def caught_up(store_config: StoreConfig, store: TaskApplication) -> Iterator[CaughtUp]:
     """A running projector; awaiting the fixture's value waits until it applied the whole log."""
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
 
         async def wait() -> None:
             await asyncio.to_thread(runner.wait, log_position(store), WAIT_S)
@@ -250,7 +250,7 @@ async def test_a_task_the_view_has_not_seen_yet_is_listed_once_it_has(
     before = (await rpc("ListTasks", {}))["result"]
     assert before == {"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0}
 
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         await asyncio.to_thread(runner.wait, log_position(store), WAIT_S)
 
     after = (await rpc("ListTasks", {}))["result"]

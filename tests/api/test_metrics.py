@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from domain.states import TaskState
-from projections.task_view import projection_runner
+from projections.projector import PROJECTIONS
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
@@ -24,6 +24,7 @@ from store.merkle_log import catch_up
 from store.run_queue import RunQueueRow
 from store.signed_notes import SignerKey
 from tests.api.support import http_client, log_position
+from tests.support.projector import projector_running
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -110,7 +111,7 @@ async def test_relay_and_projection_lag(
         assert samples[("longhaul_projection_position", (("projection", projection),))] == 0
         assert samples[("longhaul_projection_lag", (("projection", projection),))] == 5
 
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config, projections=PROJECTIONS[:1]) as runner:  # the view alone
         await asyncio.to_thread(runner.wait, log_position(store), 20.0)
     _, samples = await _scrape(app)
     view = (("projection", "task_view"),)

@@ -11,10 +11,10 @@ import pytest
 from litestar import Litestar
 
 from longhaul.commands import _listen, _serve
-from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
+from tests.support.projector import projector_running
 
 JSON = dict[str, Any]
 REST = "/a2a/rest"
@@ -252,7 +252,7 @@ async def test_list_tasks_reads_its_filters_from_the_query(
 ) -> None:
     tasks = [await send(client) for _ in range(3)]
     await client.post(f"{REST}/tasks/{tasks[0]['id']}:cancel")
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         await asyncio.to_thread(runner.wait, log_position(store), 20.0)
 
     query = {

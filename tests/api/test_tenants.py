@@ -23,7 +23,6 @@ from litestar.connection import ASGIConnection
 from api.api_keys import KeyRing, parse_pairs
 from api.authentication import caller_tenant
 from api.errors import UnauthenticatedError
-from projections.task_view import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import (
@@ -35,6 +34,7 @@ from tests.api.support import (
     task_id_for,
     user_message,
 )
+from tests.support.projector import projector_running
 
 JSON = dict[str, Any]
 
@@ -181,7 +181,7 @@ async def test_list_tasks_shows_only_the_callers_tasks(
 ) -> None:
     ours = {(await acme.new_task())["id"] for _ in range(2)}
     theirs = {(await globex.new_task())["id"] for _ in range(3)}
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         await asyncio.to_thread(runner.wait, log_position(store), 20.0)
 
     acme_page = (await acme.call("ListTasks", {}))["result"]

@@ -1,7 +1,7 @@
 """The retention index follows the log, equals the aggregates, and a rebuild equals the live index.
 
-The projector is the library's ``ProjectionRunner`` (``projections.retention_index.projection_runner``)
-on the real PostgreSQL; the tasks are those of ``tests/projections/test_task_view.py``.
+The projector is ``projections.projector`` in a thread (``tests.support.projector``) on the real
+PostgreSQL; the tasks are those of ``tests/projections/test_task_view.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from projections.retention_index import RetentionIndexRecorder, open_index, projection_runner
+from projections.retention_index import RetentionIndexRecorder, open_index
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, FakeClock
 from tests.projections.test_task_view import WAIT_S, log_position, some_tasks
+from tests.support.projector import projector_running
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def index(postgres_store: TaskApplication) -> RetentionIndexRecorder:
 
 @pytest.fixture
 def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Iterator[Any]:
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         yield runner
 
 

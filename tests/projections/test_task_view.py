@@ -1,6 +1,6 @@
 """The current-task view on the real PostgreSQL: it follows the log, exactly once, and rebuilds.
 
-The projector is the library's ``ProjectionRunner`` (``projections.task_view.projection_runner``);
+The projector is ``projections.projector`` in a thread (``tests.support.projector``);
 the tasks are moved through the domain as a worker and a client would (``tests.api.support.Advance``).
 """
 
@@ -14,22 +14,23 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
-from eventsourcing.persistence import IntegrityError, Tracking
+from eventsourcing.persistence import Tracking
 from psycopg import sql
 
 from domain.skill import Skill
 from domain.task import Task
+from projections.projector import Projector
 from projections.task_view import (
     PageCursor,
     TaskQuery,
     TaskViewRecorder,
     TaskViewRow,
     open_view,
-    projection_runner,
 )
 from store.application import TaskApplication
 from store.config import StoreConfig
 from tests.api.support import Advance, FakeClock, make_registry, user_message
+from tests.support.projector import projector_running
 
 WAIT_S = 20.0
 
@@ -110,8 +111,8 @@ def assert_view_equals_the_aggregates(
 
 @pytest.fixture
 def projector(store_config: StoreConfig, postgres_store: TaskApplication) -> Iterator[Any]:
-    """The library's runner over the test's schema, stopped afterwards."""
-    with projection_runner(store_config) as runner:
+    """The projector over the test's schema, stopped afterwards."""
+    with projector_running(store_config) as runner:
         yield runner
 
 
@@ -151,31 +152,31 @@ def test_a_restarted_projector_resumes_after_its_position(
     ids = some_tasks(postgres_store, clock)
     lag = view.lag(postgres_store)
     assert (lag.position, lag.behind) == (0, log_position(postgres_store))
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     first = log_position(postgres_store)
     ids.append(submit(postgres_store, clock))
     Advance(postgres_store, clock).complete(ids[0])
     assert view.lag(postgres_store).position == first
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     assert_view_equals_the_aggregates(postgres_store, view, ids)
     assert view.lag(postgres_store).behind == 0
 
 
-def test_an_event_is_applied_once_a_position_recorded_twice_is_refused(
+def test_an_event_is_applied_once_a_position_recorded_is_skipped(
     postgres_store: TaskApplication, view: TaskViewRecorder, clock: FakeClock
 ) -> None:
     task_id = submit(postgres_store, clock)
     submitted = next(iter(postgres_store.history(task_id)))
-    view.apply(submitted, Tracking(postgres_store.name, 1))
+    assert Projector(postgres_store, [view]).apply([(submitted, Tracking(postgres_store.name, 1))]) == 1
     before = view.rows()
     Advance(postgres_store, clock).start(task_id)
     granted = list(postgres_store.history(task_id))[1]
-    with pytest.raises(IntegrityError):
-        view.apply(granted, Tracking(postgres_store.name, 1))
+    # A second projector that read the view before the first applied position 1.
+    assert Projector(postgres_store, [view]).apply([(granted, Tracking(postgres_store.name, 1))]) == 0
     assert view.rows() == before  # the row was not touched: one transaction with the position
-    view.apply(granted, Tracking(postgres_store.name, 2))
+    assert Projector(postgres_store, [view]).apply([(granted, Tracking(postgres_store.name, 2))]) == 1
     assert view.row(task_id) is not None
     assert view.rows()[0].state == "TASK_STATE_WORKING"
 
@@ -241,7 +242,7 @@ def test_a_rebuild_before_any_projector_records_the_position_it_reached(
     assert view.lag(postgres_store).behind == 0
     assert_view_equals_the_aggregates(postgres_store, view, ids)
     Advance(postgres_store, clock).complete(ids[0])
-    with projection_runner(store_config) as runner:  # resumes after the rebuilt position
+    with projector_running(store_config) as runner:  # resumes after the rebuilt position
         runner.wait(log_position(postgres_store), timeout=WAIT_S)
     assert_view_equals_the_aggregates(postgres_store, view, ids)
 

@@ -18,6 +18,7 @@ from eventsourcing.persistence import OperationalError, Tracking
 
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.states import TaskState
+from projections.projector import Projector
 from projections.task_view import TaskViewRecorder
 from store.application import APP_NAME, TaskApplication
 from store.config import StoreConfig, postgres_env
@@ -121,11 +122,13 @@ def test_a_view_reads_and_writes_through_killed_backends(
     view = TaskViewRecorder(recorder.datastore)
     task = new_task(_clock())
     store.save_tasks(task)
+    projector = Projector(store, [view])
     _warm(store, 3)
     _kill_backends(store_config.database_url, app_name)
     assert view.row(task.id) is None
     submitted = next(iter(store.repository.event_store.get(task.id)))
-    view.apply(submitted, Tracking(APP_NAME, 1))
+    _kill_backends(store_config.database_url, app_name)
+    assert projector.apply([(submitted, Tracking(APP_NAME, 1))]) == 1
     _kill_backends(store_config.database_url, app_name)
     row = view.row(task.id)
     assert row is not None

@@ -19,7 +19,7 @@ import pytest
 from domain.task import Task
 from longhaul.cli import main
 from projections.retention_index import open_index
-from projections.task_view import open_view, projection_runner
+from projections.task_view import open_view
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
@@ -28,6 +28,7 @@ from store.merkle_log import catch_up
 from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from store.receipts import verify_receipt
 from store.signed_notes import SignerKey
+from tests.support.projector import projector_running
 from tests.support.tasks import new_task
 from workers.archive import ArchiveError, archive_expired, read_archive
 
@@ -253,7 +254,7 @@ def test_the_projector_follows_the_log_across_the_purged_gap(
     _signed(store)
     archive_expired(store, tmp_path, clock=clock)
     end = store.recorder.max_notification_id() or 0
-    with projection_runner(store_config) as runner:
+    with projector_running(store_config) as runner:
         runner.wait(end, timeout=30)
     view = open_view(store)
     assert view is not None

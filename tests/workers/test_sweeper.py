@@ -1,7 +1,7 @@
 """The sweeper ends pauses past their deadline and expires tasks past retention (moved clock).
 
 On PostgreSQL the expiry candidates come from the retention index: each sweep here first waits
-until a running projector (the library's runner of ``projections.retention_index``) applied the
+until a running projector (``projections.projector``, in a thread) applied the
 whole log, as ``longhaul projector`` keeps it beside a sweeper.
 """
 
@@ -16,11 +16,11 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from projections.retention_index import projection_runner
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.errors import RetentionNotReachedError
 from store.retention import RetentionPolicy
+from tests.support.projector import projector_running
 from tests.support.tasks import new_task
 from workers import sweeper as sweeper_module
 from workers.sweeper import Sweeper
@@ -54,7 +54,7 @@ def sweep() -> Iterator[Sweep]:
                 config = sweeper.store.config
                 assert isinstance(config, StoreConfig)
                 if "index" not in runners:
-                    runners["index"] = stack.enter_context(projection_runner(config))
+                    runners["index"] = stack.enter_context(projector_running(config))
                 position = sweeper.store.recorder.max_notification_id()
                 if position is not None:
                     runners["index"].wait(position, timeout=WAIT_S)
