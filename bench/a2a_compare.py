@@ -35,13 +35,17 @@ PostgreSQL, whoever uses it, not this server's alone); ``client_cpu_ms_per_reque
 client's (this process). ``*_cores`` are the same seconds over the window's wall seconds, and
 ``machine_busy_cores`` the machine's busy cores (everyone's), out of ``machine.nproc``. Work a
 round's requests leave for later (a task's worker, projector, relay) that outlasts the window is
-not counted; work left by the warm-up requests is.
+not counted; work left by the warm-up requests is. Before each round the servers and the
+machine's PostgreSQL are let settle (``bench.process_cpu.settle``: until they spend under 0.1 of
+a core, at most ``--settle-s``, printed as ``settled``), so that the work one server's round
+left does not run in the next server's window and slow it down.
 
     uv run python -m bench.a2a_compare [--quick] [--rounds 3 --seconds 5] [--concurrency 1 16 64 128]
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
         [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
         [--fixed-order]                               # one server order (default: reversed every other round)
+        [--settle-s 10]                               # wait for quiet before a round, at most (0: not)
         [--client-per-caller]                         # an httpx.AsyncClient per caller, not one pool
 
 This module holds the command line and ``run`` (``bench.targets`` calls it); the servers are
@@ -64,6 +68,7 @@ from bench.a2a_load import NoStreamError, Round, run_round
 from bench.a2a_report import TABLE_HEADERS, against_c16, cpu_summary, rows_of, summarise
 from bench.a2a_servers import SERVERS, round_order, servers, settings_of
 from bench.common import base_parser, machine_info, table, write_results
+from bench.process_cpu import settle
 
 MODES = ("blocking", "immediately", "stream")
 
@@ -111,6 +116,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="each caller its own httpx.AsyncClient (no shared pool's O(clients) work per request)",
     )
     parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=10.0,
+        help="before each round, wait up to this long for the servers and PostgreSQL to be quiet (0: not)",
+    )
+    parser.add_argument(
         "--fixed-order",
         action="store_true",
         help="visit the servers in the same order every round (by default every other round reverses it)",
@@ -143,6 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for name, (url, pid) in round_order(urls, number, fixed=args.fixed_order):
                         if (name, mode) in unsupported:
                             continue
+                        settled = settle([p for _, p in urls.values()], most_s=args.settle_s)
                         try:
                             sample = asyncio.run(
                                 run_round(
@@ -164,7 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         print(
                             f"round {number + 1} {mode:>11} c={c:<3} {name:<12} {sample.per_s:8.1f}/s"
                             f"  refused {sample.refused:<5} errors {sample.errors}"
-                            + ("" if cpu_ms is None else f"  CPU {cpu_ms:.2f} ms/req"),
+                            + ("" if cpu_ms is None else f"  CPU {cpu_ms:.2f} ms/req")
+                            + f"  settled {settled:.1f}s",
                             flush=True,
                         )
     results: dict[str, dict[str, dict[str, Any]]] = {}

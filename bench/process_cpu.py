@@ -122,6 +122,34 @@ def server_backends(monitor: psycopg.Connection[TupleRow], pid: int) -> set[int]
     return {int(backend) for backend, ip, port in rows if (ip, port) in ends}
 
 
+QUIET_CORES = 0.1
+"""Below this many cores of the servers' and PostgreSQL's CPU, a machine is quiet (``settle``)."""
+
+
+def settle(
+    pids: list[int], *, most_s: float, sample_s: float = 0.25, quiet_cores: float = QUIET_CORES
+) -> float:
+    """Wait until the servers ``pids`` (their process trees) and the machine's PostgreSQL together
+    spend under ``quiet_cores`` over one ``sample_s``, or ``most_s`` passed; the seconds waited.
+
+    So a round does not start while the work the round before left (another server's tasks'
+    worker, projector, relay catching up) still runs on the same cores.
+    """
+    started = time.monotonic()
+
+    def busy() -> float:
+        return sum(tree_cpu_seconds(pid) for pid in pids) + (postgres_cpu_seconds() or 0.0)
+
+    before = busy()
+    while time.monotonic() - started < most_s:
+        time.sleep(sample_s)
+        now = busy()
+        if (now - before) / sample_s < quiet_cores:
+            break
+        before = now
+    return time.monotonic() - started
+
+
 def busy_cpu_seconds() -> float:
     """The machine's busy CPU seconds, summed over its cores (idle and iowait left out)."""
     times = psutil.cpu_times()
