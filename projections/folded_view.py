@@ -30,7 +30,7 @@ from psycopg.sql import SQL, Identifier
 from domain.task import Task
 from store.application import TaskApplication
 from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
+from store.reads import read_statement, read_transaction
 from store.retry import retry_lost_connection
 
 log = logging.getLogger(__name__)
@@ -280,10 +280,8 @@ class FoldedView(PostgresTrackingRecorder, Generic[R]):
         return retry_lost_connection(functools.partial(self._row, task_id))
 
     def _row(self, task_id: UUID) -> R | None:
-        with read_transaction(self.datastore) as curs:
-            curs.execute(self._select_row, (task_id,), prepare=True)
-            found = curs.fetchone()
-        return self.row_of(found) if found else None
+        found = read_statement(self.datastore, self._select_row, (task_id,))
+        return self.row_of(found[0]) if found else None
 
     def lag(self, app: TaskApplication) -> Lag:
         """The view's position against the log's highest position."""

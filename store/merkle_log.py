@@ -27,7 +27,7 @@ from psycopg.sql import SQL, Identifier
 from store.chain import task_uuid
 from store.checkpoints import Checkpoint
 from store.merkle import MerkleTree, Node, consistency_proof, event_leaf, hash_leaf, inclusion_proof
-from store.reads import read_transaction
+from store.reads import read_statement
 from store.receipts import Receipt
 from store.signed_notes import SignerKey, sign_note
 
@@ -117,9 +117,7 @@ class MerkleLog:
         return rendered
 
     def _rows(self, statement: str, params: Sequence[Any] = ()) -> list[Any]:
-        with read_transaction(self._datastore) as curs:
-            curs.execute(self._sql(statement), params)
-            return curs.fetchall()
+        return read_statement(self._datastore, self._sql(statement), params)
 
     # ------------------------------------------------------------------ the sequencer's writes
 

@@ -48,7 +48,7 @@ from psycopg.sql import SQL, Identifier
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.merkle_log import PURGED_TABLE
-from store.reads import read_transaction
+from store.reads import read_statement, read_transaction
 from store.run_queue import RUN_QUEUE_TABLE, EachAppended, RunQueueRow, StoredHistory
 from store.task_keys import KeyChanges, PostgresTaskKeys
 
@@ -86,18 +86,41 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         schema = Identifier(datastore.schema)
         self.chain_table = CHAIN_TABLE
         chain = Identifier(self.chain_table)
-        self._select_links = SQL(
-            "SELECT c.task_id, c.hash FROM {}.{} c JOIN unnest(%b::uuid[], %b::bigint[]) AS k(id, version)"
-            " ON c.task_id = k.id AND c.version = k.version"
-        ).format(schema, chain)
-        self._append = SQL(
-            "SELECT n, lost FROM {}.longhaul_append(%b, %b, %b, %b::uuid[], %b::bigint[], %b::text[],"
-            " %b::bytea[], %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[],"
-            " %b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[],"
-            " %b::timestamptz[], %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[],"
-            " %b::bytea[], %b::uuid[])"
-        ).format(schema)
-        """The append (``%b``: every argument in binary, no text escaping of the events' bytes)."""
+        self._select_links = (
+            SQL(
+                "SELECT c.task_id, c.hash FROM {}.{} c"
+                " JOIN unnest(%b::uuid[], %b::bigint[]) AS k(id, version)"
+                " ON c.task_id = k.id AND c.version = k.version"
+            )
+            .format(schema, chain)
+            .as_string()
+        )
+        self._append = (
+            SQL(
+                "SELECT n, lost FROM {}.longhaul_append(%b, %b, %b, %b::uuid[], %b::bigint[], %b::text[],"
+                " %b::bytea[], %b::uuid[], %b::bigint[], %b::bytea[], %b::uuid[], %b::bigint[], %b::text[],"
+                " %b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::timestamptz[],"
+                " %b::timestamptz[], %b::timestamptz[], %b::boolean[], %b::uuid[], %b::text[], %b::text[],"
+                " %b::bytea[], %b::uuid[])"
+            )
+            .format(schema)
+            .as_string()
+        )
+        """The append (``%b``: every argument in binary, no text escaping of the events' bytes).
+
+        Each statement is rendered to text once here: psycopg renders a ``Composed`` again on
+        every execute."""
+        self._task_notifications = (
+            SQL(
+                "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{}"
+                " WHERE originator_id = %s AND originator_version > %s AND originator_version <= %s"
+                " ORDER BY originator_version LIMIT %s"
+            )
+            .format(schema, Identifier(self.events_table_name))
+            .as_string()
+        )
+        self._rendered: dict[str, str] = {}
+        """The run-queue reads' texts (``_query``), each rendered on its first use."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
         self._heads_lock = threading.Lock()
 
@@ -273,12 +296,15 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
     # ------------------------------------------------------------------ queries
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[DictRow]:
-        statement = SQL(sql).format(
-            schema=Identifier(self.datastore.schema), table=Identifier(self.run_queue_table)
-        )
-        with read_transaction(self.datastore) as curs:
-            curs.execute(statement, params, prepare=True)
-            return curs.fetchall()
+        """One read of the run queue (``read_statement``: one round trip), its text rendered once."""
+        statement = self._rendered.get(sql)
+        if statement is None:
+            statement = self._rendered[sql] = (
+                SQL(sql)
+                .format(schema=Identifier(self.datastore.schema), table=Identifier(self.run_queue_table))
+                .as_string()
+            )
+        return read_statement(self.datastore, statement, params)
 
     def claimable(self, now: datetime, limit: int, skills: Sequence[tuple[str, int]]) -> list[UUID]:
         """Tasks a worker may claim at ``now`` (see ``RunQueue.claimable``)."""
@@ -414,17 +440,11 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         In version order, at most ``limit`` of them: the gateway's task feed catches up from
         here on what NATS did not bring (one primary-key range).
         """
-        with read_transaction(self.datastore) as curs:
-            curs.execute(
-                SQL(
-                    "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{}"
-                    " WHERE originator_id = %s AND originator_version > %s AND originator_version <= %s"
-                    " ORDER BY originator_version LIMIT %s"
-                ).format(Identifier(self.datastore.schema), Identifier(self.events_table_name)),
-                (task_id, after, up_to if up_to is not None else 2**62, limit),
-                prepare=True,
-            )
-            rows = curs.fetchall()
+        rows = read_statement(
+            self.datastore,
+            self._task_notifications,
+            (task_id, after, up_to if up_to is not None else 2**62, limit),
+        )
         return [
             Notification(
                 id=row["notification_id"],

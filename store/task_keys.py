@@ -27,7 +27,7 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
-from store.reads import read_transaction
+from store.reads import read_statement, read_transaction
 
 JSON = dict[str, Any]
 
@@ -155,15 +155,15 @@ class PostgresTaskKeys:
     def __init__(self, datastore: PostgresDatastore) -> None:
         self.datastore = datastore
         table = Identifier(datastore.schema, TASK_KEYS_TABLE)
-        self._select = SQL("SELECT task_id, tenant, key_id, key FROM {} WHERE task_id = %s").format(table)
+        self._select = (
+            SQL("SELECT task_id, tenant, key_id, key FROM {} WHERE task_id = %s").format(table).as_string()
+        )
         self._erase = SQL("DELETE FROM {} WHERE tenant = %s").format(table)
         self._count = SQL("SELECT count(*) AS n FROM {}").format(table)
 
     def get(self, task_id: UUID) -> TaskKey | None:
         """The task's key, or ``None``."""
-        with read_transaction(self.datastore) as curs:
-            curs.execute(self._select, (task_id,), prepare=True)
-            rows = curs.fetchall()
+        rows = read_statement(self.datastore, self._select, (task_id,))
         if not rows:
             return None
         row = rows[0]

@@ -8,6 +8,7 @@ connection; the statements it prepared must still be prepared on that connection
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -77,3 +78,45 @@ def test_a_read_transaction_sees_one_snapshot_and_writes_nothing(store: TaskAppl
     assert first["t"] == second["t"]  # now() is the transaction's start: one transaction
     assert first["x"] is None
     assert second["x"] is None
+
+
+ONE_STATEMENT: dict[str, Callable[[TaskApplication, Any], object]] = {
+    "claimable": READS["claimable"][0],
+    "next_lease_end": READS["next_lease_end"][0],
+    "task_notifications": READS["task_notifications"][0],
+    "task key": lambda s, t: _recorder(s).task_keys.get(t.id),
+}
+
+
+def _protocol_of(store: TaskApplication, read: Callable[[], object]) -> str:
+    """What ``read`` sent and received on the pool's one connection (libpq's trace)."""
+    datastore = _recorder(store).datastore
+    with tempfile.TemporaryFile("w+") as out:
+        with datastore.get_connection() as conn:
+            conn.pgconn.trace(out.fileno())
+        try:
+            read()
+        finally:
+            with datastore.get_connection() as conn:
+                conn.pgconn.untrace()
+        out.seek(0)
+        return out.read()
+
+
+@pytest.mark.parametrize("name", sorted(ONE_STATEMENT))
+def test_a_read_of_one_statement_is_one_round_trip_without_a_transaction(
+    one_connection: TaskApplication, name: str
+) -> None:
+    task = new_task(NOW)
+    task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(minutes=5))
+    one_connection.save_tasks(task)
+    read = ONE_STATEMENT[name]
+    read(one_connection, task)  # prepared now; the traced call is the steady state
+    sent = _protocol_of(one_connection, lambda: read(one_connection, task))
+    assert "Execute" in sent, sent
+    assert '"BEGIN"' not in sent, sent
+    assert '"COMMIT"' not in sent, sent
+    # The same trace shows a transaction where there is one: a read of two statements.
+    both = _protocol_of(one_connection, lambda: one_connection.get_many([task.id]))
+    assert '"BEGIN"' in both, both
+    assert '"COMMIT"' in both, both
