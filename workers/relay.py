@@ -152,6 +152,15 @@ class Relay:
         self._database_url = store.config.database_url
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
+        self._save_position = (
+            sql.SQL(
+                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
+                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
+            )
+            .format(self._table)
+            .as_string()
+        )
+        """Once per published batch: rendered once (psycopg renders a ``Composed`` on every execute)."""
         self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
         self.published = 0
         self.referenced = 0
@@ -242,13 +251,7 @@ class Relay:
                 raise
             self._last_seq = done[-1].seq
         position = batch[-1][1].notification_id
-        await conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
-                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
-            ).format(self._table),
-            (self.names.stream, position),
-        )
+        await conn.execute(self._save_position, (self.names.stream, position), prepare=True)
         self.published += len(batch)
         return position
 
