@@ -1,9 +1,8 @@
-"""Following the log from asyncio code, on the library's subscription, in batches.
+"""Following the log from asyncio code or a thread, on the library's subscription, in batches.
 
-``LogFollower`` reads ``eventsourcing``'s subscription to the log (``recorder.subscribe(gt=...)``,
-which the ``ProjectionRunner`` of the current-task view reads too: a ``LISTEN`` on the events
-table's channel and batched ``select_notifications`` in the library's own threads) in a thread
-of its own, and hands what arrived to asyncio in batches (up to ``limit``), in log order, each
+``LogFollower`` reads ``eventsourcing``'s subscription to the log (``recorder.subscribe(gt=...)``:
+a ``LISTEN`` on the events table's channel and batched ``select_notifications`` in the library's
+own threads) in a thread of its own, and hands what arrived to asyncio in batches (up to ``limit``), in log order, each
 event decoded by the application's mapper with its ``Tracking`` (the log position). A consumer
 that records its position once per batch (the relay) so pays one transaction per batch rather
 than one per event, as a ``Projection`` would.
