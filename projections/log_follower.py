@@ -2,10 +2,11 @@
 
 ``LogFollower`` reads ``eventsourcing``'s subscription to the log (``recorder.subscribe(gt=...)``:
 a ``LISTEN`` on the events table's channel and batched ``select_notifications`` in the library's
-own threads) in a thread of its own, and hands what arrived to asyncio in batches (up to ``limit``), in log order, each
-event decoded by the application's mapper with its ``Tracking`` (the log position). A consumer
-that records its position once per batch (the relay) so pays one transaction per batch rather
-than one per event, as a ``Projection`` would.
+own threads) in a thread of its own, and hands what arrived over in batches (up to ``limit``), in
+log order, each event decoded by the application's mapper with its ``Tracking`` (the log
+position). A consumer that records its position once per batch (the relay, the projector) so
+pays one transaction per batch rather than one per event. An asyncio consumer awaits
+``next_batch``; a consumer in a thread of its own (the projector) calls ``take``, which blocks.
 
 The reading thread only collects notifications; decoding happens in ``next_batch``, on the
 consumer's side (``next_notifications`` hands them over undecoded, for a consumer that needs only
