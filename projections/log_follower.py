@@ -96,7 +96,10 @@ class LogFollower:
         Returns an empty list if nothing arrived in time or ``stop`` was set; raises the
         subscription's failure once the events read before it were returned.
         """
-        taken = await self.next_notifications(wait_s, stop)
+        return self._decoded(await self.next_notifications(wait_s, stop))
+
+    def _decoded(self, taken: list[Notification]) -> list[Followed]:
+        """Each stored event decoded by the application's mapper, with its position."""
         name, mapper = self._app.name, self._app.mapper
         return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
 
@@ -114,8 +117,7 @@ class LogFollower:
             with self._ready:
                 assert self._ended is not None
                 raise self._ended
-        name, mapper = self._app.name, self._app.mapper
-        return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken or ()]
+        return self._decoded(taken or [])
 
     async def next_notifications(
         self, wait_s: float, stop: asyncio.Event | None = None, *, gather_s: float = 0.0
