@@ -19,6 +19,14 @@ once (the sequencer, ADR 0046) asks ``next_notifications`` to gather: after the 
 keeps taking what arrives for ``gather_s``, so that several commits make one batch (still at most
 ``limit``); the relay's live path does not gather.
 
+The library's subscription reads the log when a NOTIFY arrives, and only then. Its ``LISTEN`` is
+sent by a thread started after its first read, so a commit between the two is never announced to
+it (PostgreSQL's rule is the other order: ``LISTEN``, commit, then read), and a NOTIFY lost on the
+way is never made up (eventsourcing issue #305): on a quiet log those events would wait for the
+next commit, for ever if none comes. So when no event has arrived for ``POLL_S`` the follower
+makes the subscription read the log anyway (one indexed select a second while idle, none while
+events arrive).
+
 A failure of the subscription (the database gone) ends the follower: ``next_batch`` returns the
 events read before it, then raises it.
 """
@@ -28,17 +36,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Notification, Subscription, Tracking
+from eventsourcing.persistence import ListenNotifySubscription, Notification, Subscription, Tracking
 
 BATCH = 500
 """The most events one ``next_batch`` returns (the library reads 500 a query too)."""
 BUFFER = 4 * BATCH
 """The most events read ahead of the consumer."""
 _WAIT_S = 0.1
+POLL_S = 1.0
+"""How long the follower waits for an event before it makes the subscription read the log anyway."""
 
 Followed = tuple[Any, Tracking]
 """A domain event of the log and its position."""
@@ -63,12 +74,18 @@ class LogFollower:
         self._stopping = False
         self._subscription: Subscription[Any] | None = None
         self._thread: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
+        self._arrivals = 0
+        """How many events the reader has taken from the subscription (the poller watches it)."""
 
     def __enter__(self) -> LogFollower:
         self._subscription = self._app.recorder.subscribe(gt=self._after)
         self._subscription.__enter__()
         self._thread = threading.Thread(target=self._read, name="log-follower", daemon=True)
         self._thread.start()
+        if isinstance(self._subscription, ListenNotifySubscription):
+            self._poller = threading.Thread(target=self._poll, name="log-follower-poll", daemon=True)
+            self._poller.start()
         return self
 
     async def __aenter__(self) -> LogFollower:
@@ -87,6 +104,8 @@ class LogFollower:
             self._subscription.stop()
         if self._thread is not None:
             self._thread.join()
+        if self._poller is not None:
+            self._poller.join()
         if self._subscription is not None:
             self._subscription.__exit__(*exc)
 
@@ -190,6 +209,25 @@ class LogFollower:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                 self._loop.call_soon_threadsafe(self._arrived.set)
 
+    def _poll(self) -> None:
+        """Every ``POLL_S`` in which no event arrived, make the subscription read the log.
+
+        It reads when its "notified" flag is set (by its ``LISTEN`` thread, on a NOTIFY); setting
+        the flag is the one way in, and it is the library's own (``ListenNotifySubscription``).
+        """
+        subscription = self._subscription
+        assert isinstance(subscription, ListenNotifySubscription)
+        seen, due = self._arrivals, time.monotonic() + POLL_S
+        with self._ready:
+            while not self._stopping and self._ended is None:
+                left = due - time.monotonic()
+                if left > 0:
+                    self._ready.wait(left)
+                    continue
+                if self._arrivals == seen:
+                    subscription._has_been_notified.set()
+                seen, due = self._arrivals, time.monotonic() + POLL_S
+
     def _read(self) -> None:
         assert self._subscription is not None
         ended: BaseException
@@ -201,6 +239,7 @@ class LogFollower:
                     if self._stopping:
                         return
                     self._items.append(notification)
+                    self._arrivals += 1
                     if len(self._items) == 1:  # the consumer may be waiting for the first
                         self._signal()
                         self._ready.notify_all()

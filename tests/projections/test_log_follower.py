@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from eventsourcing.persistence import Notification, OperationalError
 
-from projections.log_follower import LogFollower
+from projections.log_follower import POLL_S, LogFollower
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
@@ -107,6 +107,31 @@ async def test_a_gather_takes_the_commits_that_arrive_within_it_as_one_batch(
         assert [n.id for n in await asyncio.wait_for(gathering, WAIT_S)] == [12]
         await asyncio.to_thread(_submit, store, 1)
         assert [n.id for n in await follower.next_notifications(WAIT_S)] == [13]
+
+
+async def test_a_commit_whose_notify_never_came_arrives_within_the_poll(
+    postgres_store: TaskApplication, store_config: StoreConfig
+) -> None:
+    """A commit the subscription was not told of still arrives, by ``take`` and by ``next_batch``.
+
+    Its NOTIFY goes to a channel nobody listens on: what happens to a commit made between the
+    library subscription's first read and its ``LISTEN``, or to a NOTIFY lost on the way.
+    """
+    silent = TaskApplication(store_config)
+    try:
+        recorder = silent.recorder
+        assert isinstance(recorder, PostgresRunQueueRecorder)
+        recorder.channel_name = "longhaul-test-nobody-listens"
+        with LogFollower(postgres_store, after=0) as follower:
+            assert await follower.next_batch(0.2) == []
+            await asyncio.to_thread(_submit, silent, 1)
+            taken = await asyncio.to_thread(follower.take, 3 * POLL_S)
+            assert [t.notification_id for _, t in taken] == [1]
+            await asyncio.to_thread(_submit, silent, 1)
+            batch = await follower.next_batch(3 * POLL_S)
+            assert [t.notification_id for _, t in batch] == [2]
+    finally:
+        silent.close()
 
 
 async def test_a_failed_subscription_is_raised_by_next_batch(
