@@ -122,15 +122,24 @@ class LogFollower:
         name, mapper = self._app.name, self._app.mapper
         return [(mapper.to_domain_event(n), Tracking(name, n.id)) for n in taken]
 
-    def take(self, wait_s: float) -> list[Followed]:
+    def take(self, wait_s: float, *, gather_s: float = 0.0) -> list[Followed]:
         """``next_batch`` for a consumer in a thread: blocks up to ``wait_s`` for the first event.
 
-        Returns an empty list if nothing arrived in time; raises the subscription's failure once
-        the events read before it were returned.
+        With ``gather_s``, once the first event is there it waits until ``gather_s`` has passed or
+        ``limit`` events are there, so that many commits come as one batch. Returns an empty list
+        if nothing arrived in time; raises the subscription's failure once the events read before
+        it were returned.
         """
         with self._ready:
             if not self._items and self._ended is None:
                 self._ready.wait(wait_s)
+            if self._items and gather_s > 0:
+                until = time.monotonic() + gather_s
+                while len(self._items) < self._limit and self._ended is None and not self._stopping:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._ready.wait(left)
         taken = self._take(self._limit)
         if taken == []:  # nothing is left and the subscription ended
             with self._ready:
@@ -242,6 +251,8 @@ class LogFollower:
                     self._arrivals += 1
                     if len(self._items) == 1:  # the consumer may be waiting for the first
                         self._signal()
+                        self._ready.notify_all()
+                    elif len(self._items) == self._limit:  # or gathering (``take``) up to a full batch
                         self._ready.notify_all()
             ended = RuntimeError("the subscription to the log ended")
         except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it

@@ -37,6 +37,8 @@ LAG_LOG_S = 60.0
 """How often a running projector logs its lag."""
 WAIT_S = 0.1
 """How long the projector waits for the next batch before it looks at its stop flag again."""
+GATHER_S = 0.05
+"""How long a batch gathers events after its first: the commits of that time share a transaction."""
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,17 @@ class Projector:
         return written
 
     def follow(
-        self, stop: threading.Event, *, lag_every_s: float = LAG_LOG_S, labels: Sequence[str] = ()
+        self,
+        stop: threading.Event,
+        *,
+        lag_every_s: float = LAG_LOG_S,
+        labels: Sequence[str] = (),
+        gather_s: float = GATHER_S,
     ) -> None:
         """Follow the log until ``stop`` is set (blocking), applying what arrives batch by batch.
+
+        A batch is what arrives within ``gather_s`` of its first event (at most 500 events): at
+        low load each commit would otherwise be a transaction of its own.
 
         Logs each view's lag every ``lag_every_s`` seconds (named by ``labels``, in the views'
         order). A failure of the subscription or the database is raised.
@@ -129,7 +139,7 @@ class Projector:
         with LogFollower(self._app, after=self.after) as follower:
             next_log = time.monotonic() + lag_every_s
             while not stop.is_set():
-                batch = follower.take(WAIT_S)
+                batch = follower.take(WAIT_S, gather_s=gather_s)
                 if batch:
                     self.apply(batch)
                 if time.monotonic() >= next_log:

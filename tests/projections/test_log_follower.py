@@ -109,6 +109,33 @@ async def test_a_gather_takes_the_commits_that_arrive_within_it_as_one_batch(
         assert [n.id for n in await follower.next_notifications(WAIT_S)] == [13]
 
 
+async def test_take_gathers_the_commits_that_arrive_within_it_up_to_limit(
+    postgres_store: TaskApplication,
+) -> None:
+    store = postgres_store
+    loop = asyncio.get_running_loop()
+    with LogFollower(store, after=0, limit=4) as follower:
+        # Three commits 0.1 s apart are one batch, returned when the gather time is up.
+        committing = asyncio.ensure_future(_submit_spaced(store, 3, 0.1))
+        began = loop.time()
+        batch = await asyncio.to_thread(follower.take, WAIT_S, gather_s=1.0)
+        assert [t.notification_id for _, t in batch] == [1, 2, 3]
+        assert loop.time() - began >= 1.0
+        await committing
+        # A full batch ends the gather at once.
+        committing = asyncio.ensure_future(_submit_spaced(store, 6, 0.05))
+        began = loop.time()
+        batch = await asyncio.to_thread(follower.take, WAIT_S, gather_s=WAIT_S)
+        assert [t.notification_id for _, t in batch] == [4, 5, 6, 7]
+        assert loop.time() - began < WAIT_S
+        await committing
+        # Without a gather, what is there is taken at once (the last two, in one batch or two).
+        rest: list[int] = []
+        while len(rest) < 2:
+            rest += [t.notification_id for _, t in await asyncio.to_thread(follower.take, WAIT_S)]
+        assert rest == [8, 9]
+
+
 async def test_a_commit_whose_notify_never_came_arrives_within_the_poll(
     postgres_store: TaskApplication, store_config: StoreConfig
 ) -> None:
