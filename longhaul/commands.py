@@ -39,6 +39,7 @@ from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, Embed
 from longhaul.settings import Settings
 from projections.event_json import dumps, iso
 from projections.projector import lags, rebuild_all, run_projector
+from projections.shared_log import SharedLog
 from projections.task_state import task_state_json
 from store.application import TaskApplication
 from store.audit_trail import audit_events, effects_document, effects_of, events_document, replay
@@ -71,7 +72,8 @@ STORE_POOL_SIZE = 8
 default thread pool (a few threads), so more connections would only sit idle."""
 PROJECTOR_POOL_SIZE = 2
 """Connections the projector's store keeps (plus as many again on demand): its subscription's
-LISTEN, its reads of the log and the views' shared transactions (``projections.projector``)."""
+LISTEN (in ``up``, the shared subscription's, on the store's pool), its reads of the log and the
+views' shared transactions (``projections.projector``)."""
 HTTP_SHUTDOWN_GRACE_S = 5
 """On stop, open HTTP requests (a blocking SendMessage, say) get this long before they are cut."""
 HTTP_KEEPALIVE_S = 75
@@ -373,7 +375,13 @@ async def sequencer(settings: Settings) -> None:
         store.close()
 
 
-def _sequencer(settings: Settings, store: TaskApplication, names: Any, signer: SignerKey) -> Sequencer:
+def _sequencer(
+    settings: Settings,
+    store: TaskApplication,
+    names: Any,
+    signer: SignerKey,
+    shared_log: SharedLog | None = None,
+) -> Sequencer:
     try:
         return Sequencer(
             store=store,
@@ -383,6 +391,7 @@ def _sequencer(settings: Settings, store: TaskApplication, names: Any, signer: S
             interval=settings.checkpoint_interval_seconds,
             gather=settings.sequencer_gather_seconds,
             limits=wiring.stream_limits(settings),
+            shared_log=shared_log,
         )
     except SequencerUnavailableError as error:
         raise CommandError(str(error)) from error
@@ -444,11 +453,17 @@ async def projector(settings: Settings) -> None:
     await _projector(config, stop)
 
 
-async def _projector(config: StoreConfig, stop: asyncio.Event) -> None:
+async def _projector(config: StoreConfig, stop: asyncio.Event, shared_log: SharedLog | None = None) -> None:
     """Run the projector (``projections.projector``) in a thread until ``stop``."""
     halt = threading.Event()
     small = replace(config, pool_size=PROJECTOR_POOL_SIZE, max_overflow=PROJECTOR_POOL_SIZE)
-    thread = threading.Thread(target=run_projector, args=(small, halt), name="projector", daemon=True)
+    thread = threading.Thread(
+        target=run_projector,
+        args=(small, halt),
+        kwargs={"shared_log": shared_log},
+        name="projector",
+        daemon=True,
+    )
     thread.start()
     try:
         await stop.wait()
@@ -463,6 +478,26 @@ async def fake_iam(host: str, port: int) -> None:
     sock = _listen(host, port)
     log.info("fake IAM on http://%s:%d", host, sock.getsockname()[1])
     await _serve(fake_iam_service.create_app(), sock, stop)
+
+
+def _log_followers(
+    settings: Settings, store: TaskApplication, stop: asyncio.Event, audit_key: SignerKey
+) -> list[Awaitable[None]]:
+    """``up``'s parts that follow the log (relay, projector, sequencer) and the dispatcher.
+
+    The relay, the projector and the sequencer share one subscription to the log (ADR 0051).
+    """
+    assert isinstance(store.config, StoreConfig)
+    names = wiring.nats_names(settings)
+    shared_log = SharedLog(store.recorder)
+    relay_part = Relay(store=store, names=names, limits=wiring.stream_limits(settings), shared_log=shared_log)
+    signer = wiring.webhook_signer(settings, create=True)
+    return [
+        relay_part.run(stop),
+        _projector(store.config, stop, shared_log),
+        _dispatcher(settings, store, names, signer).run(stop),
+        _sequencer(settings, store, names, audit_key, shared_log).run(stop),
+    ]
 
 
 async def up(settings: Settings) -> None:
@@ -510,17 +545,8 @@ async def up(settings: Settings) -> None:
                     _sweeper(settings, store).run(stop),
                 ]
                 if not in_memory:
-                    assert isinstance(store.config, StoreConfig)
-                    limits = wiring.stream_limits(settings)
-                    relay_part = Relay(store=store, names=wiring.nats_names(settings), limits=limits)
-                    parts.append(relay_part.run(stop))
-                    parts.append(_projector(store.config, stop))
-                    signer = wiring.webhook_signer(settings, create=True)
-                    parts.append(_dispatcher(settings, store, wiring.nats_names(settings), signer).run(stop))
                     assert audit_key is not None
-                    parts.append(
-                        _sequencer(settings, store, wiring.nats_names(settings), audit_key).run(stop)
-                    )
+                    parts += _log_followers(settings, store, stop, audit_key)
                 _write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url

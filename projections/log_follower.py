@@ -1,34 +1,35 @@
 """Following the log from asyncio code or a thread, on the library's subscription, in batches.
 
-``LogFollower`` reads ``eventsourcing``'s subscription to the log (``recorder.subscribe(gt=...)``:
-a ``LISTEN`` on the events table's channel and batched ``select_notifications`` in the library's
-own threads) in a thread of its own, and hands what arrived over in batches (up to ``limit``), in
-log order, each event decoded by the application's mapper with its ``Tracking`` (the log
-position). A consumer that records its position once per batch (the relay, the projector) so
-pays one transaction per batch rather than one per event. An asyncio consumer awaits
-``next_batch``; a consumer in a thread of its own (the projector) calls ``take``, which blocks.
+``LogFollower`` follows the log after a position and hands what arrived over in batches (up to
+``limit``), in log order, each event decoded by the application's mapper with its ``Tracking``
+(the log position). A consumer that records its position once per batch (the relay, the
+projector) so pays one transaction per batch rather than one per event. An asyncio consumer
+awaits ``next_batch``; a consumer in a thread of its own (the projector) calls ``take``, which
+blocks.
 
-The reading thread only collects notifications; decoding happens in ``next_batch``, on the
+The live events come from a ``SharedLog`` (``projections.shared_log``): ``eventsourcing``'s
+subscription to the log (``recorder.subscribe``: a ``LISTEN`` on the events table's channel and
+batched ``select_notifications`` in the library's own threads), one for every follower given the
+same shared log (``longhaul up`` gives its relay, sequencer and projector one), or a private one.
+A thread of the follower's own first reads what lies between its position and the point where it
+attached to the shared log (``select_notifications``, in pages of ``limit``), then takes the
+live events from there (ADR 0051).
+
+The reading side only collects notifications; decoding happens in ``next_batch``, on the
 consumer's side (``next_notifications`` hands them over undecoded, for a consumer that needs only
 their position, task and version: the sequencer), and the hand-over is one lock per batch (the
 reader wakes a waiting consumer with ``call_soon_threadsafe`` on its loop, no thread in between):
 a reading thread busy beside the event loop would make the loop wait for the GIL on every NATS
-acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded, so a
-slow consumer holds the reading back instead of filling memory. A consumer that needs no event at
-once (the sequencer, ADR 0046) asks ``next_notifications`` to gather: after the first events it
-keeps taking what arrives for ``gather_s``, so that several commits make one batch (still at most
-``limit``); the relay's live path does not gather.
+acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded: a
+consumer that falls ``buffer`` events behind is let go by the shared log and reads its way back
+with its own selects once it has made room, instead of filling memory or holding the others back.
+A consumer that needs no event at once asks to gather (``next_notifications`` for the sequencer,
+ADR 0046; ``take`` for the projector, ADR 0050): after the first events it keeps taking what
+arrives for ``gather_s``, so that several commits make one batch (still at most ``limit``); the
+relay's live path does not gather.
 
-The library's subscription reads the log when a NOTIFY arrives, and only then. Its ``LISTEN`` is
-sent by a thread started after its first read, so a commit between the two is never announced to
-it (PostgreSQL's rule is the other order: ``LISTEN``, commit, then read), and a NOTIFY lost on the
-way is never made up (eventsourcing issue #305): on a quiet log those events would wait for the
-next commit, for ever if none comes. So when no event has arrived for ``POLL_S`` the follower
-makes the subscription read the log anyway (one indexed select a second while idle, none while
-events arrive).
-
-A failure of the subscription (the database gone) ends the follower: ``next_batch`` returns the
-events read before it, then raises it.
+A failure of the subscription or of a read (the database gone) ends the follower: ``next_batch``
+returns the events read before it, then raises it.
 """
 
 from __future__ import annotations
@@ -37,19 +38,20 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import ListenNotifySubscription, Notification, Subscription, Tracking
+from eventsourcing.persistence import Notification, Tracking
+
+from projections.shared_log import SharedLog
 
 BATCH = 500
 """The most events one ``next_batch`` returns (the library reads 500 a query too)."""
 BUFFER = 4 * BATCH
 """The most events read ahead of the consumer."""
 _WAIT_S = 0.1
-POLL_S = 1.0
-"""How long the follower waits for an event before it makes the subscription read the log anyway."""
 
 Followed = tuple[Any, Tracking]
 """A domain event of the log and its position."""
@@ -59,12 +61,18 @@ class LogFollower:
     """The events after one log position, for asyncio code; a context manager."""
 
     def __init__(
-        self, app: Application[UUID], *, after: int, limit: int = BATCH, buffer: int = BUFFER
+        self,
+        app: Application[UUID],
+        *,
+        after: int,
+        limit: int = BATCH,
+        buffer: int = BUFFER,
+        shared_log: SharedLog | None = None,
     ) -> None:
         self._app = app
-        self._after = after
         self._limit = limit
         self._buffer = buffer
+        self._log = shared_log
         self._ready = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._arrived: asyncio.Event | None = None
@@ -72,20 +80,22 @@ class LogFollower:
         self._items: list[Notification] = []
         self._ended: BaseException | None = None
         self._stopping = False
-        self._subscription: Subscription[Any] | None = None
+        self._position = after
+        """Everything up to here is in ``_items`` or was taken from it."""
+        self._live = False
+        """Whether the shared log's events go straight to ``_items`` (else to ``_early``)."""
+        self._early: list[Notification] = []
+        """The shared log's events that arrived while the follower read its way up to them."""
+        self._let_go = False
+        """The shared log let the follower go: it fell ``buffer`` behind."""
         self._thread: threading.Thread | None = None
-        self._poller: threading.Thread | None = None
-        self._arrivals = 0
-        """How many events the reader has taken from the subscription (the poller watches it)."""
 
     def __enter__(self) -> LogFollower:
-        self._subscription = self._app.recorder.subscribe(gt=self._after)
-        self._subscription.__enter__()
-        self._thread = threading.Thread(target=self._read, name="log-follower", daemon=True)
+        if self._log is None:
+            self._log = SharedLog(self._app.recorder)
+        mark = self._log.attach(self)  # attached before ``__enter__`` returns: nothing is missed
+        self._thread = threading.Thread(target=self._follow, args=(mark,), name="log-follower", daemon=True)
         self._thread.start()
-        if isinstance(self._subscription, ListenNotifySubscription):
-            self._poller = threading.Thread(target=self._poll, name="log-follower-poll", daemon=True)
-            self._poller.start()
         return self
 
     async def __aenter__(self) -> LogFollower:
@@ -100,14 +110,8 @@ class LogFollower:
         with self._ready:
             self._stopping = True
             self._ready.notify_all()
-        if self._subscription is not None:
-            self._subscription.stop()
         if self._thread is not None:
             self._thread.join()
-        if self._poller is not None:
-            self._poller.join()
-        if self._subscription is not None:
-            self._subscription.__exit__(*exc)
 
     async def next_batch(self, wait_s: float, stop: asyncio.Event | None = None) -> list[Followed]:
         """The events that arrived (at most ``limit``), waiting up to ``wait_s`` for the first.
@@ -218,46 +222,97 @@ class LogFollower:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                 self._loop.call_soon_threadsafe(self._arrived.set)
 
-    def _poll(self) -> None:
-        """Every ``POLL_S`` in which no event arrived, make the subscription read the log.
+    def _follow(self, mark: int) -> None:
+        """Follow the shared log from ``mark`` (``_until_let_go``).
 
-        It reads when its "notified" flag is set (by its ``LISTEN`` thread, on a NOTIFY); setting
-        the flag is the one way in, and it is the library's own (``ListenNotifySubscription``).
+        Attached again each time the shared log lets the follower go, until it stops or fails.
         """
-        subscription = self._subscription
-        assert isinstance(subscription, ListenNotifySubscription)
-        seen, due = self._arrivals, time.monotonic() + POLL_S
-        with self._ready:
-            while not self._stopping and self._ended is None:
-                left = due - time.monotonic()
-                if left > 0:
-                    self._ready.wait(left)
-                    continue
-                if self._arrivals == seen:
-                    subscription._has_been_notified.set()
-                seen, due = self._arrivals, time.monotonic() + POLL_S
-
-    def _read(self) -> None:
-        assert self._subscription is not None
-        ended: BaseException
+        log = self._log
+        assert log is not None
         try:
-            for notification in self._subscription:
-                with self._ready:
-                    while len(self._items) >= self._buffer and not self._stopping:
-                        self._ready.wait(_WAIT_S)
-                    if self._stopping:
-                        return
-                    self._items.append(notification)
-                    self._arrivals += 1
-                    if len(self._items) == 1:  # the consumer may be waiting for the first
-                        self._signal()
-                        self._ready.notify_all()
-                    elif len(self._items) == self._limit:  # or gathering (``take``) up to a full batch
-                        self._ready.notify_all()
-            ended = RuntimeError("the subscription to the log ended")
+            while True:
+                try:
+                    let_go = self._until_let_go(mark)
+                finally:
+                    log.detach(self)
+                if not let_go:
+                    return
+                mark = log.attach(self)
         except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
-            ended = error
+            self.end(error)
+
+    def _until_let_go(self, mark: int) -> bool:
+        """Read up to ``mark`` (where the shared log's events begin), then take its events.
+
+        ``True`` once the shared log let the follower go (and there is room again), ``False``
+        once the follower stops or ends.
+        """
+        self._catch_up(mark)
         with self._ready:
-            self._ended = ended
+            if not self._let_go:
+                self._append([n for n in self._early if n.id > self._position])
+                self._live, self._early = True, []
+            while not (self._let_go or self._stopping or self._ended is not None):
+                self._ready.wait()
+            while len(self._items) >= self._buffer and not self._stopping:
+                self._ready.wait(_WAIT_S)  # room first, or it would be let go again at once
+            if self._stopping or self._ended is not None:
+                return False
+            self._live, self._early, self._let_go = False, [], False
+            return True
+
+    def _catch_up(self, mark: int) -> None:
+        """Read the log from ``_position`` up to ``mark`` (where the shared log's events begin)."""
+        recorder = self._app.recorder
+        while self._position < mark:
+            page = recorder.select_notifications(
+                start=self._position, limit=self._limit, stop=mark, inclusive_of_start=False
+            )
+            with self._ready:
+                while len(self._items) >= self._buffer and not self._stopping:
+                    self._ready.wait(_WAIT_S)
+                if self._stopping:
+                    return
+                self._append(page)
+                if len(page) < self._limit:  # nothing more up to ``mark`` (a gap at most)
+                    self._position = mark
+
+    def _append(self, notifications: Sequence[Notification]) -> None:
+        """Put ``notifications`` (after ``_position``, in log order) in the buffer; wake the consumer."""
+        if not notifications:
+            return
+        was = len(self._items)
+        self._items.extend(notifications)
+        self._position = notifications[-1].id
+        if was == 0:  # the consumer may be waiting for the first
+            self._signal()
+            self._ready.notify_all()
+        elif was < self._limit <= len(self._items):  # or gathering up to a full batch
+            self._ready.notify_all()
+
+    def arrive(self, notification: Notification) -> bool:
+        """The shared log's next event (``Tap``); ``False`` once the follower is ``buffer`` behind."""
+        with self._ready:
+            if self._stopping or self._let_go:
+                return False
+            if not self._live:
+                if len(self._early) >= self._buffer:
+                    self._let_go = True
+                    self._ready.notify_all()
+                    return False
+                self._early.append(notification)
+            elif notification.id > self._position:
+                if len(self._items) >= self._buffer:
+                    self._let_go = True
+                    self._ready.notify_all()
+                    return False
+                self._append([notification])
+            return True
+
+    def end(self, error: BaseException) -> None:
+        """The follower ends with ``error`` (``Tap``): the consumer raises it once the buffer is empty."""
+        with self._ready:
+            if self._ended is None:
+                self._ended = error
             self._signal()
             self._ready.notify_all()

@@ -26,6 +26,7 @@ from domain.task import Task
 from projections import retention_index, task_view
 from projections.folded_view import FoldedView, Lag, Rebuilt
 from projections.log_follower import Followed, LogFollower
+from projections.shared_log import SharedLog
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
@@ -127,16 +128,18 @@ class Projector:
         lag_every_s: float = LAG_LOG_S,
         labels: Sequence[str] = (),
         gather_s: float = GATHER_S,
+        shared_log: SharedLog | None = None,
     ) -> None:
         """Follow the log until ``stop`` is set (blocking), applying what arrives batch by batch.
 
         A batch is what arrives within ``gather_s`` of its first event (at most 500 events): at
-        low load each commit would otherwise be a transaction of its own.
+        low load each commit would otherwise be a transaction of its own. ``shared_log`` is the shared
+        subscription to follow the log on (``up``'s), or ``None`` for one of its own.
 
         Logs each view's lag every ``lag_every_s`` seconds (named by ``labels``, in the views'
         order). A failure of the subscription or the database is raised.
         """
-        with LogFollower(self._app, after=self.after) as follower:
+        with LogFollower(self._app, after=self.after, shared_log=shared_log) as follower:
             next_log = time.monotonic() + lag_every_s
             while not stop.is_set():
                 batch = follower.take(WAIT_S, gather_s=gather_s)
@@ -162,8 +165,12 @@ def run_projector(
     retry_s: float = 1.0,
     lag_every_s: float = LAG_LOG_S,
     projections: Sequence[Kept] = PROJECTIONS,
+    shared_log: SharedLog | None = None,
 ) -> None:
     """Keep ``projections`` following the log until ``stop`` is set (blocking; run it in a thread).
+
+    ``shared_log`` is the shared subscription to follow the log on (``up`` shares one between the
+    projector, the relay and the sequencer), or ``None`` for one of its own.
 
     Opens its own ``TaskApplication`` over ``config`` (which migrates the schema). A failure (the
     database gone) is logged and the projector started again after ``retry_s``, each view from
@@ -178,7 +185,12 @@ def run_projector(
                 for kept, view in zip(projections, views, strict=True):
                     position = view.max_tracking_id(app.name) or 0
                     log.info("projector: %s following the log after position %d", kept.label, position)
-                projector.follow(stop, lag_every_s=lag_every_s, labels=[kept.label for kept in projections])
+                projector.follow(
+                    stop,
+                    lag_every_s=lag_every_s,
+                    labels=[kept.label for kept in projections],
+                    shared_log=shared_log,
+                )
             finally:
                 app.close()
         except Exception as error:  # noqa: BLE001 - any failure: restart from the recorded positions

@@ -44,6 +44,7 @@ from psycopg import sql
 from domain.task import Task
 from projections.event_json import dumps, event_message, reference_message
 from projections.log_follower import LogFollower
+from projections.shared_log import SharedLog
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -139,8 +140,14 @@ class Relay:
     """Follows the notification log and publishes to JetStream."""
 
     def __init__(
-        self, *, store: TaskApplication, names: NatsNames, limits: StreamLimits | None = None
+        self,
+        *,
+        store: TaskApplication,
+        names: NatsNames,
+        limits: StreamLimits | None = None,
+        shared_log: SharedLog | None = None,
     ) -> None:
+        """``shared_log``: the shared subscription to follow the log on (``up``'s), or one of its own."""
         if not isinstance(store.config, StoreConfig):
             raise RelayUnavailableError(
                 "the relay needs the store on PostgreSQL (LONGHAUL_STORE=postgres): an in-memory "
@@ -149,6 +156,7 @@ class Relay:
         self.store = store
         self.names = names
         self.limits = limits or StreamLimits()
+        self.shared_log = shared_log
         self._database_url = store.config.database_url
         schema = store.config.schema
         self._table = sql.Identifier(schema, "longhaul_relay_position")
@@ -196,7 +204,7 @@ class Relay:
             await ensure_stream(js, self.names, self.limits)
             await pipeline.start()
             position = await self._position(conn)
-            async with LogFollower(self.store, after=position) as follower:
+            async with LogFollower(self.store, after=position, shared_log=self.shared_log) as follower:
                 while not stop.is_set():
                     batch = await follower.next_batch(IDLE_WAIT_S, stop)
                     if batch:

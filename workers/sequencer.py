@@ -40,6 +40,7 @@ from nats.js.errors import NotFoundError
 
 from domain.clock import Clock
 from projections.log_follower import LogFollower
+from projections.shared_log import SharedLog
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from store.chain import task_uuid
@@ -90,6 +91,7 @@ class Sequencer:
         interval: float = 10.0,
         gather: float = GATHER_S,
         limits: StreamLimits | None = None,
+        shared_log: SharedLog | None = None,
     ) -> None:
         merkle_log = store.merkle_log
         if not isinstance(store.config, StoreConfig) or merkle_log is None:
@@ -104,6 +106,8 @@ class Sequencer:
         self.clock = clock
         self.interval = timedelta(seconds=interval)
         self.gather = gather
+        self.shared_log = shared_log
+        """The shared subscription to follow the log on (``up``'s), or ``None`` for one of its own."""
         # The stream keeps every checkpoint (no max_age): a witness that starts late reads them all.
         self.limits = StreamLimits(max_age=timedelta(0), replicas=(limits or StreamLimits()).replicas)
         self._database_url = store.config.database_url
@@ -149,7 +153,7 @@ class Sequencer:
     async def _sequence(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
         tree = await asyncio.to_thread(self.log.tree)
         position = await asyncio.to_thread(self.log.position)
-        async with LogFollower(self.store, after=position) as follower:
+        async with LogFollower(self.store, after=position, shared_log=self.shared_log) as follower:
             due = self.clock() + self.interval
             while not stop.is_set():
                 left = max(0.0, (due - self.clock()).total_seconds())

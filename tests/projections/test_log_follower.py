@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from eventsourcing.persistence import Notification, OperationalError
 
-from projections.log_follower import POLL_S, LogFollower
+from projections.log_follower import LogFollower
+from projections.shared_log import POLL_S
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.postgres import PostgresRunQueueRecorder
