@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import psycopg
@@ -73,31 +74,41 @@ async def _submit_spaced(store: TaskApplication, n: int, pause_s: float) -> None
         await asyncio.sleep(pause_s)
 
 
+async def _gathered(
+    store: TaskApplication, n: int, pause_s: float, gather: Callable[[], Awaitable[list[int]]]
+) -> tuple[list[int], float]:
+    """The positions ``gather`` returns while ``n`` commits come ``pause_s`` apart, and how long it took."""
+    loop = asyncio.get_running_loop()
+    committing = asyncio.ensure_future(_submit_spaced(store, n, pause_s))
+    began = loop.time()
+    positions = await gather()
+    took = loop.time() - began
+    await committing
+    return positions, took
+
+
 async def test_a_gather_takes_the_commits_that_arrive_within_it_as_one_batch(
     postgres_store: TaskApplication,
 ) -> None:
     store = postgres_store
-    loop = asyncio.get_running_loop()
     with LogFollower(store, after=0, limit=4) as follower:
+
+        async def gather(gather_s: float) -> list[int]:
+            return [n.id for n in await follower.next_notifications(WAIT_S, gather_s=gather_s)]
+
         # Without a gather, commits 0.3 s apart come one batch each.
         committing = asyncio.ensure_future(_submit_spaced(store, 2, 0.3))
         assert [n.id for n in await follower.next_notifications(WAIT_S)] == [1]
         assert [n.id for n in await follower.next_notifications(WAIT_S)] == [2]
         await committing
         # With one, three commits 0.1 s apart are one batch, returned when the gather time is up.
-        committing = asyncio.ensure_future(_submit_spaced(store, 3, 0.1))
-        began = loop.time()
-        batch = await follower.next_notifications(WAIT_S, gather_s=1.0)
-        assert [n.id for n in batch] == [3, 4, 5]
-        assert loop.time() - began >= 1.0
-        await committing
+        batch, took = await _gathered(store, 3, 0.1, lambda: gather(1.0))
+        assert batch == [3, 4, 5]
+        assert took >= 1.0
         # The batch is still at most ``limit``: a gather ends once it holds that many.
-        committing = asyncio.ensure_future(_submit_spaced(store, 6, 0.05))
-        began = loop.time()
-        batch = await follower.next_notifications(WAIT_S, gather_s=WAIT_S)
-        assert [n.id for n in batch] == [6, 7, 8, 9]
-        assert loop.time() - began < WAIT_S
-        await committing
+        batch, took = await _gathered(store, 6, 0.05, lambda: gather(WAIT_S))
+        assert batch == [6, 7, 8, 9]
+        assert took < WAIT_S
         assert [n.id for n in await follower.next_notifications(WAIT_S, gather_s=0.3)] == [10, 11]
         # ``stop`` ends a gather: what it took is returned, and the next commit is not lost.
         stop = asyncio.Event()
@@ -114,22 +125,20 @@ async def test_take_gathers_the_commits_that_arrive_within_it_up_to_limit(
     postgres_store: TaskApplication,
 ) -> None:
     store = postgres_store
-    loop = asyncio.get_running_loop()
     with LogFollower(store, after=0, limit=4) as follower:
+
+        async def take(gather_s: float) -> list[int]:
+            taken = await asyncio.to_thread(follower.take, WAIT_S, gather_s=gather_s)
+            return [t.notification_id for _, t in taken]
+
         # Three commits 0.1 s apart are one batch, returned when the gather time is up.
-        committing = asyncio.ensure_future(_submit_spaced(store, 3, 0.1))
-        began = loop.time()
-        batch = await asyncio.to_thread(follower.take, WAIT_S, gather_s=1.0)
-        assert [t.notification_id for _, t in batch] == [1, 2, 3]
-        assert loop.time() - began >= 1.0
-        await committing
+        batch, took = await _gathered(store, 3, 0.1, lambda: take(1.0))
+        assert batch == [1, 2, 3]
+        assert took >= 1.0
         # A full batch ends the gather at once.
-        committing = asyncio.ensure_future(_submit_spaced(store, 6, 0.05))
-        began = loop.time()
-        batch = await asyncio.to_thread(follower.take, WAIT_S, gather_s=WAIT_S)
-        assert [t.notification_id for _, t in batch] == [4, 5, 6, 7]
-        assert loop.time() - began < WAIT_S
-        await committing
+        batch, took = await _gathered(store, 6, 0.05, lambda: take(WAIT_S))
+        assert batch == [4, 5, 6, 7]
+        assert took < WAIT_S
         # Without a gather, what is there is taken at once (the last two, in one batch or two).
         rest: list[int] = []
         while len(rest) < 2:
