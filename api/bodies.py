@@ -25,6 +25,11 @@ DEFAULT_MAX_BODY_BYTES = MEBIBYTE
 
 JSON_MEDIA_TYPE = re.compile(r"application/([\w.+-]+\+)?json", re.IGNORECASE)
 
+MAY_HOLD_A_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]|\x00")
+"""What a body holding a UTF-16 surrogate must contain: an escape ``\\uD800``-``\\uDFFF``, a
+surrogate encoded as UTF-8 bytes (``ED A0``-``ED BF``, which ``json.loads`` reads), or, in
+UTF-16 or UTF-32, a NUL byte (UTF-8 JSON has none). A body without any is Unicode text."""
+
 
 async def read_body(request: Request[Any, Any, Any], *, limit: int) -> bytes:
     """The request's body, at most ``limit`` bytes (the app's ``request_max_body_size``)."""
@@ -68,7 +73,8 @@ def parse_json(body: bytes) -> Any:
     """
     try:
         document = json.loads(body, parse_constant=_refuse_constant)
-        json.dumps(document, ensure_ascii=False).encode()
+        if MAY_HOLD_A_SURROGATE.search(body):  # paired surrogates are text, a lone one is not
+            json.dumps(document, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         raise JSONParseError(
             "invalid JSON: a string holds a lone UTF-16 surrogate (not Unicode text)"
