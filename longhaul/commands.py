@@ -128,6 +128,7 @@ async def _serve(app: Any, sock: socket.socket, stop: asyncio.Event) -> None:
         log_config=None,  # uvicorn's records go to the root logger: one format (longhaul/logs.py)
         access_log=False,
         http="httptools",  # a C parser, not h11's pure Python one: less CPU per request (ADR 0045)
+        proxy_headers=False,  # nothing reads the client's address or scheme: no X-Forwarded-* pass
         timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE_S,
         timeout_keep_alive=HTTP_KEEPALIVE_S,
     )

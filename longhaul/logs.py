@@ -48,6 +48,9 @@ class JsonFormatter(logging.Formatter):
 
 def configure(log_format: LogFormat) -> None:
     """Send every logger's records at INFO and above to stderr, in ``log_format``."""
+    # Neither format shows a record's thread, process or source line: no record looks them up.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
