@@ -9,9 +9,12 @@ SubscribeToTask, with ``Last-Event-ID`` = a version).
 How it is built, so that the log is read only for what NATS did not bring:
 
 1. The feed has one core subscription to all the deployment's task subjects
-   (``<prefix>.tasks.>``), made when it connects, and hands each message to the followers of
-   its task (the task id is a token of the subject; a message of a task nobody follows here is
-   not parsed). A new follower is registered before it reads anything.
+   (``<prefix>.tasks.>``), and hands each message to the followers of its task (the task id is a
+   token of the subject; a message of a task nobody follows here is not parsed). It subscribes
+   when a follower comes and there is no subscription, before that follower reads anything, and
+   unsubscribes once nobody followed for ``idle_unsubscribe`` seconds: a gateway whose callers do
+   not wait (returnImmediately, blocking calls answered by a worker slot of its own process) is
+   sent no task's messages (ADR 0052). A new follower is registered before it reads anything.
 2. The follower catches up from the log on what is older than the first live message it was
    handed (versions above ``after_version`` and below that message's), or on everything newer
    when none came yet.
@@ -57,6 +60,7 @@ from uuid import UUID
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import SlowConsumerError
 
@@ -85,6 +89,9 @@ FLUSH_TIMEOUT_S = 1
 
 _RESYNC: JSON = {}
 """Queued after a reconnect: read the log after the last version given."""
+
+IDLE_UNSUBSCRIBE_S = 10.0
+"""How long the feed keeps its subscription with nobody following before it unsubscribes."""
 
 MSG_ID = "Nats-Msg-Id"
 """The relay's header on every message: ``<stream>:<position>``."""
@@ -269,12 +276,24 @@ class TaskFeed:
     """Follows tasks on one NATS connection and one subscription, catching up from the log (``StoreLog``)."""
 
     def __init__(
-        self, client: NatsClient, names: NatsNames, store_log: StoreLog, *, fallback_poll: float = 1.0
+        self,
+        client: NatsClient,
+        names: NatsNames,
+        store_log: StoreLog,
+        *,
+        fallback_poll: float = 1.0,
+        idle_unsubscribe: float = IDLE_UNSUBSCRIBE_S,
     ) -> None:
         self._client = client
         self._names = names
         self._log = store_log
         self._fallback_poll = fallback_poll
+        self._idle_unsubscribe = idle_unsubscribe
+        self._subscription: Subscription | None = None
+        self._subscribing: asyncio.Task[None] | None = None
+        """The subscription being made: every follower that comes meanwhile awaits the same one."""
+        self._idle_since: float | None = None
+        """When the watch first saw nobody following (monotonic), None while anyone follows."""
         self._followers: dict[str, set[Callable[[JSON], None]]] = {}
         """The followers of each task here (by task id), each by its inbox's ``push``."""
         self._heard = 0
@@ -291,6 +310,7 @@ class TaskFeed:
         store_log: StoreLog,
         *,
         fallback_poll: float = 1.0,
+        idle_unsubscribe: float = IDLE_UNSUBSCRIBE_S,
         connect_timeout: float = 10.0,
     ) -> TaskFeed:
         """A feed on a new connection to ``names.url`` that reconnects forever.
@@ -328,7 +348,7 @@ class TaskFeed:
             ),
             connect_timeout,
         )
-        feed = cls(client, names, store_log, fallback_poll=fallback_poll)
+        feed = cls(client, names, store_log, fallback_poll=fallback_poll, idle_unsubscribe=idle_unsubscribe)
         try:
             await feed.start()
         except BaseException:
@@ -337,21 +357,61 @@ class TaskFeed:
         return feed
 
     async def start(self) -> None:
-        """Read the log's head, subscribe to every task subject, start watching the relay."""
-        self._covered = await asyncio.to_thread(self._log.head)  # what each follower's catch-up reads
-        await self._client.subscribe(self._names.all_subjects, cb=self._on_message)
-        with contextlib.suppress(NatsError, TimeoutError):
-            await self._client.flush(FLUSH_TIMEOUT_S)
+        """Start watching the relay; the subscription waits for the first follower."""
         self._watch = asyncio.ensure_future(self._watch_relay())
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether the feed holds its subscription to every task subject."""
+        return self._subscription is not None
 
     async def close(self) -> None:
         """Stop watching the relay, close the connection."""
         self.closing = True
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        for task in (self._watch, self._subscribing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._client.close()
+
+    async def _subscribed(self) -> None:
+        """Subscribe to every task subject unless the feed is: before a follower reads the log.
+
+        The subscription is made once for all the followers that come meanwhile, in a task of its
+        own, so a follower that gives up while it is made leaves none half made. When NATS cannot
+        be reached the follower goes on without it: the relay's watch finds nothing heard and
+        has every follower read the log (point 5).
+        """
+        if self._subscription is not None:
+            return
+        if self._subscribing is None or self._subscribing.done():
+            self._subscribing = asyncio.ensure_future(self._subscribe())
+        with contextlib.suppress(NatsError, TimeoutError):
+            await asyncio.shield(self._subscribing)
+
+    async def _subscribe(self) -> None:
+        subscription = await self._client.subscribe(self._names.all_subjects, cb=self._on_message)
+        with contextlib.suppress(NatsError, TimeoutError):
+            await self._client.flush(FLUSH_TIMEOUT_S)  # the server has it before the log is read
+        self._subscription = subscription
+        # Nothing before this head waits for the relay: each follower from now on reads the log
+        # up to its first live message. Read once subscribed, so the watch's next check does not
+        # take what was published before it for a stalled relay.
+        head = await asyncio.to_thread(self._log.head)
+        self._covered = max(self._covered, head)
+
+    async def _unsubscribe_when_idle(self) -> None:
+        """Drop the subscription once nobody followed for ``idle_unsubscribe`` seconds."""
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        subscription = self._subscription
+        if subscription is None or now - self._idle_since < self._idle_unsubscribe:
+            return
+        self._subscription = None  # before any await: a follower coming now subscribes anew
+        with contextlib.suppress(NatsError, TimeoutError):
+            await subscription.unsubscribe()
 
     def reconnected(self) -> None:
         """Make every follower read the log after its last version (messages may be lost)."""
@@ -380,7 +440,9 @@ class TaskFeed:
             await asyncio.sleep(self._fallback_poll)
             if not self._followers:
                 previous = None
+                await self._unsubscribe_when_idle()
                 continue
+            self._idle_since = None
             try:
                 head = await asyncio.to_thread(self._log.head)
             except Exception as error:  # noqa: BLE001 - the next check tries again; a stream reads on
@@ -413,6 +475,8 @@ class TaskFeed:
         client) gets ``FeedOverflowError`` at its next read instead; None lets them queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        await self._subscribed()
+        self._idle_since = None  # the idle time counts from the last follower's leaving
         inbox = _Inbox(max_pending)
         pending, push = inbox.pending, inbox.push
         key = str(task_id)
@@ -438,6 +502,7 @@ class TaskFeed:
                         return
                 await inbox.wait(remaining)
         finally:
+            self._idle_since = None
             pushes = self._followers.get(key)
             if pushes is not None:
                 pushes.discard(push)

@@ -191,6 +191,59 @@ async def test_a_stalled_relay_delays_the_feed_by_one_fallback_poll(
     assert time.monotonic() - committed < 2.0
 
 
+async def test_the_feed_subscribes_only_while_someone_follows(
+    store: TaskApplication, publisher: Client, nats_url: str, nats_names: tuple[str, str]
+) -> None:
+    names = _names(nats_url, nats_names)
+    log = CountingLog(store)
+    feed = await TaskFeed.connect(names, log, fallback_poll=0.05, idle_unsubscribe=0.2)
+    received = feed._client.stats  # the feed's own connection: what NATS sent it
+
+    def subscribed() -> bool:
+        return feed.subscribed
+
+    task = _submitted(store)
+    try:
+        assert not subscribed()  # nobody follows yet
+        events = feed.follow(task.id, task.tenant, task.version)
+        first = asyncio.ensure_future(_take(events, 1))
+        await _until(subscribed)
+        await asyncio.sleep(0.1)
+        _progress(store, task, 1)
+        await _publish(publisher, names, log, task, 2)
+        given = await first
+        await events.aclose()
+        await _until(lambda: not subscribed())  # nobody followed for idle_unsubscribe
+        heard = received["in_msgs"]
+        _progress(store, task, 2)  # versions 3 and 4, published to nobody here
+        await _publish(publisher, names, log, task, 3, 4)
+        await asyncio.sleep(0.2)
+        assert received["in_msgs"] == heard
+
+        # A follower after the idle time subscribes again: the log gives what it was not sent,
+        # the new subscription what comes next.
+        events = feed.follow(task.id, task.tenant, 2)
+        given += await _take(events, 2)
+        assert subscribed()
+        _progress(store, task, 1)
+        await _publish(publisher, names, log, task, 5)
+        given += await _take(events, 1)
+        await events.aclose()
+    finally:
+        await feed.close()
+
+    assert [m["version"] for m in given] == [2, 3, 4, 5]
+    assert given == log.read(task.id, task.tenant, 1, None)
+    assert received["in_msgs"] == heard + 1  # version 5: the one message sent while followed
+
+
+async def _until(check: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 async def test_the_timeout_ends_the_feed(
     store: TaskApplication, nats_url: str, nats_names: tuple[str, str]
 ) -> None:
