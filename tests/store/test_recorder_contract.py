@@ -23,6 +23,7 @@ from domain.task import Task
 from store.application import SNAPSHOT_INTERVAL, TaskApplication
 from store.config import MemoryConfig
 from store.errors import ConflictError, TaskNotFoundError
+from store.postgres import PostgresRunQueueRecorder
 from store.run_queue import RunQueueRow
 from tests.support.tasks import new_task
 
@@ -279,17 +280,63 @@ def test_get_many_equals_get(any_store: TaskApplication) -> None:
     assert any_store.get_many([]) == {}
 
 
-async def test_every_append_wakes_a_follower(any_store: TaskApplication) -> None:
-    event = asyncio.Event()
+class _CountedEvent(asyncio.Event):
+    """An event that counts its ``set`` calls: the worker's ``Wakeup`` matches one per append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+async def _sets_reach(event: _CountedEvent, count: int) -> None:
+    async def reached() -> None:
+        while event.sets < count:
+            event.clear()  # no await since the check: no set comes between
+            await event.wait()
+
+    await asyncio.wait_for(reached(), 10)
+
+
+async def test_every_append_wakes_a_follower_once(any_store: TaskApplication) -> None:
+    event = _CountedEvent()
     following = asyncio.ensure_future(any_store.run_queue.follow_appends(event))
     try:
-        await asyncio.wait_for(event.wait(), 10)  # set once at the start
+        await _sets_reach(event, 1)  # set once at the start
         for _ in range(2):
-            event.clear()
             appender = threading.Thread(target=any_store.save_tasks, args=(new_task(NOW),))
             appender.start()
-            await asyncio.wait_for(event.wait(), 10)
             appender.join()
+        await asyncio.to_thread(any_store.save_tasks, new_task(NOW), new_task(NOW))  # one append
+        await _sets_reach(event, 4)
+        await asyncio.sleep(0.3)
+        assert event.sets == 4
+    finally:
+        following.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await following
+
+
+async def test_a_follower_whose_connection_dies_listens_again(store: TaskApplication) -> None:
+    recorder = store.recorder
+    assert isinstance(recorder, PostgresRunQueueRecorder)
+    event = _CountedEvent()
+    following = asyncio.ensure_future(recorder.follow_appends(event))
+    listen = f'LISTEN "{recorder.channel_name}"'
+    try:
+        await _sets_reach(event, 1)
+        with recorder.datastore.get_connection() as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", (listen,)
+            ).fetchall()
+        assert killed == [{"pg_terminate_backend": True}]
+        await _sets_reach(event, 3)  # the failure wakes it, and so does listening again
+        before = event.sets
+        await asyncio.to_thread(store.save_tasks, new_task(NOW))
+        await _sets_reach(event, before + 1)
     finally:
         following.cancel()
         with pytest.raises(asyncio.CancelledError):
