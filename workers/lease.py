@@ -54,6 +54,11 @@ class LeasedTask:
         """The leased task's id."""
         return self.task.id
 
+    @property
+    def committing(self) -> bool:
+        """Whether a commit (or a reload) of this lease is under way."""
+        return self._lock.locked()
+
     def lease_until(self, now: datetime) -> datetime:
         """The lease end a commit made at ``now`` extends to."""
         return lease_end(now, self.lease_seconds)

@@ -272,6 +272,8 @@ class Worker:
                 if runner is None:
                     continue
                 if state != TaskState.WORKING or owner != self.config.worker_id:
+                    if runner.lease.committing or runner.lease.task.state != TaskState.WORKING:
+                        continue  # its own commit, under way or made, did it: the runner ends itself
                     if runner.lease.lost is None:
                         reason = (
                             f"the task is now {state}"

@@ -86,14 +86,21 @@ def registry(release: asyncio.Event) -> SkillRegistry:
     return SkillRegistry([Skill("done", 1, [done]), Skill("held", 1, [held])])
 
 
-def _worker(store: TaskApplication, registry: SkillRegistry, *, concurrency: int = 2) -> Worker:
+def _worker(
+    store: TaskApplication, registry: SkillRegistry, *, concurrency: int = 2, watch_seconds: float = 0.25
+) -> Worker:
     return Worker(
         store=store,
         registry=registry,
         clock=_clock,
         # Polling all but off: a task whose lease nobody runs stays as it is for the whole test.
         config=WorkerConfig(
-            worker_id="w1", lease_seconds=LEASE_S, concurrency=concurrency, grace_seconds=1, poll_seconds=60
+            worker_id="w1",
+            lease_seconds=LEASE_S,
+            concurrency=concurrency,
+            grace_seconds=1,
+            poll_seconds=60,
+            watch_seconds=watch_seconds,
         ),
         policy=RunPolicy(max_pause=timedelta(days=1)),
         metrics=WorkerMetrics(),
@@ -188,6 +195,29 @@ async def test_reserved_slots_are_taken_for_claims_until_released(
     finally:
         stop.set()
         await running
+
+
+async def test_the_watch_never_takes_a_runners_own_last_commit_for_a_lost_lease(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    # The watch reads the owners of the running tasks every millisecond: it sees each task as
+    # its runner's own commit left it (completed) while the runner is still among the running.
+    process = _worker(store, registry, watch_seconds=0.001)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    answers = []
+    try:
+        for _ in range(30):
+            slot = await _reserve(process)
+            _, copy = await asyncio.to_thread(_submit_leased, store, registry, _message())
+            assert copy is not None
+            slot.start(copy)
+            answers.append(await slot.ran(10))
+    finally:
+        stop.set()
+        await running
+
+    assert [None if a is None else a.state for a in answers] == ["TASK_STATE_COMPLETED"] * 30
 
 
 async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_skill(
