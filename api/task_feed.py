@@ -292,6 +292,7 @@ class TaskFeed:
         self._subscription: Subscription | None = None
         self._subscribing: asyncio.Task[None] | None = None
         """The subscription being made: every follower that comes meanwhile awaits the same one."""
+        self._covering: asyncio.Task[None] | None = None
         self._idle_since: float | None = None
         """When the watch first saw nobody following (monotonic), None while anyone follows."""
         self._followers: dict[str, set[Callable[[JSON], None]]] = {}
@@ -368,7 +369,7 @@ class TaskFeed:
     async def close(self) -> None:
         """Stop watching the relay, close the connection."""
         self.closing = True
-        for task in (self._watch, self._subscribing):
+        for task in (self._watch, self._subscribing, self._covering):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -395,10 +396,21 @@ class TaskFeed:
         with contextlib.suppress(NatsError, TimeoutError):
             await self._client.flush(FLUSH_TIMEOUT_S)  # the server has it before the log is read
         self._subscription = subscription
-        # Nothing before this head waits for the relay: each follower from now on reads the log
-        # up to its first live message. Read once subscribed, so the watch's next check does not
-        # take what was published before it for a stalled relay.
-        head = await asyncio.to_thread(self._log.head)
+        self._covering = asyncio.ensure_future(self._cover())
+
+    async def _cover(self) -> None:
+        """Move ``_covered`` to the log's head, read once subscribed (no follower waits for it).
+
+        Nothing before that head waits for the relay: each follower from now on reads the log up
+        to its first live message. So the watch's next check does not take what was published
+        before the subscription for a stalled relay; should the read fail, it takes it so once,
+        and the followers read the log one time more.
+        """
+        try:
+            head = await asyncio.to_thread(self._log.head)
+        except Exception as error:  # noqa: BLE001 - see above: one more read of the log at worst
+            log.warning("cannot read the log's head (%r) after subscribing", error)
+            return
         self._covered = max(self._covered, head)
 
     async def _unsubscribe_when_idle(self) -> None:

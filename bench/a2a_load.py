@@ -27,6 +27,12 @@ TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", 
 HEADERS = {"A2A-Version": "1.0"}
 STREAM_HEADERS = {**HEADERS, "Accept": "text/event-stream"}
 WARM_REQUESTS = 5
+
+CALL_TIMEOUT_S = 120.0
+"""A bound on one call, connection included: a call stuck past it is counted as an error
+(``TimeoutError``) instead of holding its round forever (session 23: seventeen callers of a
+stream round at c=128 never sent their first request, their connections open and idle, and the
+round waited 10 minutes with every process idle; httpx's own timeouts did not fire)."""
 UNSUPPORTED_OPERATION = -32004
 
 
@@ -177,7 +183,8 @@ async def run_round(
                 first_try = time.perf_counter()
                 while True:
                     try:
-                        await one_call(http, mode, into)
+                        async with asyncio.timeout(CALL_TIMEOUT_S):
+                            await one_call(http, mode, into)
                     except NoStreamError:
                         raise
                     except RefusedError as refused:  # what an A2A client does: wait, send it again
