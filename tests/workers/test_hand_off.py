@@ -10,6 +10,7 @@ answers with what the runner committed (no wait on the log) unless the runner lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -107,18 +108,26 @@ def _worker(
     )
 
 
+@contextlib.asynccontextmanager
+async def _running(process: Worker) -> AsyncIterator[Worker]:
+    """``process`` running until the block ends, then stopped."""
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    try:
+        yield process
+    finally:
+        stop.set()
+        await running
+
+
 @pytest.fixture
 async def worker(
     store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
 ) -> AsyncIterator[Worker]:
-    process = _worker(store, registry)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(process.run(stop))
-    (await _reserve(process)).release()  # running
-    yield process
-    release.set()
-    stop.set()
-    await running
+    async with _running(_worker(store, registry)) as process:
+        (await _reserve(process)).release()  # running
+        yield process
+        release.set()
 
 
 def _submit_leased(
@@ -179,10 +188,7 @@ async def test_a_resend_grants_no_lease(
 async def test_reserved_slots_are_taken_for_claims_until_released(
     store: TaskApplication, registry: SkillRegistry
 ) -> None:
-    process = _worker(store, registry, concurrency=1)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(process.run(stop))
-    try:
+    async with _running(_worker(store, registry, concurrency=1)) as process:
         slot = await _reserve(process)
         assert process.reserve("done", 1) is None  # the one slot is reserved
         queued = new_task(_clock(), skill="done")
@@ -192,9 +198,6 @@ async def test_reserved_slots_are_taken_for_claims_until_released(
 
         slot.release()
         await _wait_for(lambda: store.get(queued.id).is_terminal)
-    finally:
-        stop.set()
-        await running
 
 
 async def test_the_watch_never_takes_a_runners_own_last_commit_for_a_lost_lease(
@@ -202,20 +205,14 @@ async def test_the_watch_never_takes_a_runners_own_last_commit_for_a_lost_lease(
 ) -> None:
     # The watch reads the owners of the running tasks every millisecond: it sees each task as
     # its runner's own commit left it (completed) while the runner is still among the running.
-    process = _worker(store, registry, watch_seconds=0.001)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(process.run(stop))
     answers = []
-    try:
+    async with _running(_worker(store, registry, watch_seconds=0.001)) as process:
         for _ in range(30):
             slot = await _reserve(process)
             _, copy = await asyncio.to_thread(_submit_leased, store, registry, _message())
             assert copy is not None
             slot.start(copy)
             answers.append(await slot.ran(10))
-    finally:
-        stop.set()
-        await running
 
     assert [None if a is None else a.state for a in answers] == ["TASK_STATE_COMPLETED"] * 30
 
