@@ -25,6 +25,7 @@ from projections.event_json import dumps, reference_message
 from projections.subjects import NatsNames
 from store.application import TaskApplication
 from tests.support.nats_servers import NatsServer
+from tests.support.processes import until
 from tests.support.tasks import new_task
 from workers.relay import Relay
 
@@ -207,13 +208,13 @@ async def test_the_feed_subscribes_only_while_someone_follows(
         assert not subscribed()  # nobody follows yet
         events = feed.follow(task.id, task.tenant, task.version)
         first = asyncio.ensure_future(_take(events, 1))
-        await _until(subscribed)
+        await until(subscribed, 5, "the feed to subscribe")
         await asyncio.sleep(0.1)
         _progress(store, task, 1)
         await _publish(publisher, names, log, task, 2)
         given = await first
         await events.aclose()
-        await _until(lambda: not subscribed())  # nobody followed for idle_unsubscribe
+        await until(lambda: not subscribed(), 5, "the feed to unsubscribe")  # nobody followed for a while
         heard = received["in_msgs"]
         _progress(store, task, 2)  # versions 3 and 4, published to nobody here
         await _publish(publisher, names, log, task, 3, 4)
@@ -235,13 +236,6 @@ async def test_the_feed_subscribes_only_while_someone_follows(
     assert [m["version"] for m in given] == [2, 3, 4, 5]
     assert given == log.read(task.id, task.tenant, 1, None)
     assert received["in_msgs"] == heard + 1  # version 5: the one message sent while followed
-
-
-async def _until(check: Any, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def test_the_timeout_ends_the_feed(

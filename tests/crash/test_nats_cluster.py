@@ -42,7 +42,7 @@ from projections.subjects import NatsNames
 from store.application import TaskApplication
 from tests.crash.cluster import Cluster, user_message
 from tests.support.nats_servers import NatsCluster, NatsServer
-from tests.support.processes import wait_until
+from tests.support.processes import until, wait_until
 from tests.support.tasks import new_task
 from workers.relay import Relay, StreamLimits, ensure_stream
 
@@ -251,7 +251,7 @@ async def test_the_relay_starts_with_a_listed_node_down(
     stop = asyncio.Event()
     running = asyncio.ensure_future(relay.run(stop))
     try:
-        await _until(lambda: relay.published >= 1, "the relay to publish", seconds=20)
+        await until(lambda: relay.published >= 1, 20, "the relay to publish")
     finally:
         stop.set()
         await running
@@ -272,7 +272,7 @@ async def test_without_a_majority_the_relay_waits_and_catches_up_from_the_log(
         relay = Relay(store=store, names=names, limits=StreamLimits(replicas=3))
         running = asyncio.ensure_future(relay.run(stop))
         store.save_tasks(new_task(datetime.now(UTC)))
-        await _until(lambda: relay.published == 1, "the first event", seconds=20)
+        await until(lambda: relay.published == 1, 20, "the first event")
         first, second = nats_cluster.nodes[0], nats_cluster.nodes[1]
         first.kill()
         second.kill()
@@ -282,7 +282,7 @@ async def test_without_a_majority_the_relay_waits_and_catches_up_from_the_log(
         await asyncio.sleep(1.0)
         assert relay.published == 1, "published without a majority of the stream's replicas"
         second.restart()
-        await _until(lambda: relay.published == 4, "the relay to catch up", seconds=30)
+        await until(lambda: relay.published == 4, 30, "the relay to catch up")
 
         assert await _stream_positions(second.url, names.stream) == _log_positions(store)
     finally:
@@ -307,12 +307,3 @@ async def _until_async(check: Any, what: str, seconds: float = 15) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         await asyncio.sleep(0.1)
-
-
-async def _until(check: Any, what: str, seconds: float = 10) -> None:
-    """Poll ``check()`` until it is true; fail with ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
-        await asyncio.sleep(0.025)

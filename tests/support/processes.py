@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -96,6 +97,15 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def until(check: Callable[[], bool], seconds: float, what: str, interval: float = 0.025) -> None:
+    """``wait_until`` for a test on an event loop: the loop runs between the checks."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def wait_for_http(url: str, timeout: float, process: LonghaulProcess | None = None) -> None:
