@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvloop
 
-from longhaul import cli, wiring
+from longhaul import wiring
 from longhaul.cli import main
 from longhaul.settings import Settings
 from workers.webhook_signing import new_secret, secret_key
@@ -91,24 +88,3 @@ def test_deliveries_of_an_unknown_task_is_one_line(cli: Callable[..., tuple[int,
     code, _, err = cli("deliveries", str(task_id))
     assert code == 1
     assert _one_line(err).startswith(f"longhaul: no task {task_id}")
-
-
-def test_the_dispatcher_relay_and_up_processes_run_on_uvloop_and_the_others_on_asyncio(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    loops: dict[str, type] = {}
-
-    def recording(name: str) -> Callable[[Settings], Any]:
-        async def process(_: Settings) -> None:
-            loops[name] = type(asyncio.get_running_loop())
-
-        return process
-
-    commands = ("dispatcher", "relay", "up", "worker")
-    monkeypatch.setattr(cli, "PROCESSES", {name: recording(name) for name in commands})
-    for command in commands:
-        cli._run_process(command, Settings())
-    assert loops["dispatcher"] is uvloop.Loop
-    assert loops["relay"] is uvloop.Loop
-    assert loops["up"] is uvloop.Loop
-    assert not issubclass(loops["worker"], uvloop.Loop)

@@ -342,10 +342,11 @@ async def test_a_gather_joins_the_commits_made_within_it_into_one_append(
     store: TaskApplication, names: NatsNames
 ) -> None:
     log = _log(store)
-    sequencer = _sequencer(store, names, interval=3600, gather=3.0)
+    sequencer = _sequencer(store, names, interval=3600, gather=5.0)
     async with _running(sequencer, lead=True):
-        for _ in range(5):  # five commits of one task each (4 events), one after the other
-            await asyncio.to_thread(_commit, store, 1)
+        # Five commits of one task each (4 events), one after the other, in one thread hop: a
+        # few milliseconds each, well inside the window even on a loaded machine.
+        await asyncio.to_thread(lambda: [_commit(store, 1) for _ in range(5)])
         assert log.position() == 0  # taken, gathering: nothing recorded yet
         await _until(lambda: log.position() == _log_end(store) == 20, "the gathered batch to be appended")
         assert sequencer.appends == 1
