@@ -78,6 +78,12 @@ def _commit(store: TaskApplication, tasks: int = 2, progress: int = 2) -> None:
         store.save_tasks(task)
 
 
+def _commit_each(store: TaskApplication, commits: int) -> None:
+    """``commits`` commits of one task each, one after the other."""
+    for _ in range(commits):
+        _commit(store, tasks=1)
+
+
 def _log_end(store: TaskApplication) -> int:
     return store.recorder.max_notification_id() or 0
 
@@ -346,7 +352,7 @@ async def test_a_gather_joins_the_commits_made_within_it_into_one_append(
     async with _running(sequencer, lead=True):
         # Five commits of one task each (4 events), one after the other, in one thread hop: a
         # few milliseconds each, well inside the window even on a loaded machine.
-        await asyncio.to_thread(lambda: [_commit(store, 1) for _ in range(5)])
+        await asyncio.to_thread(_commit_each, store, 5)
         assert log.position() == 0  # taken, gathering: nothing recorded yet
         await _until(lambda: log.position() == _log_end(store) == 20, "the gathered batch to be appended")
         assert sequencer.appends == 1
