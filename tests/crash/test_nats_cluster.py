@@ -240,7 +240,7 @@ async def test_the_relay_starts_with_a_listed_node_down(
     client = await nats.connect(nats_cluster.urls)
     await ensure_stream(client.jetstream(), names, StreamLimits(replicas=3))
     await client.close()
-    await _until_async(lambda: _led_by_the_living(nats_cluster, names.stream), "a stream leader")
+    await until(lambda: _led_by_the_living(nats_cluster, names.stream), 15, "a stream leader", interval=0.1)
     # A follower: the stream keeps its leader, so what is tested is the connect, not an election.
     leader = (await _stream_info(nats_cluster.urls[0], names.stream)).cluster.leader
     down = next(node for node in nats_cluster.nodes if node.name != leader)
@@ -298,12 +298,3 @@ async def _led_by_the_living(nats_cluster: NatsCluster, stream: str) -> bool:
     except NatsError:
         return False
     return info.cluster is not None and info.cluster.leader in {n.name for n in nats_cluster.alive()}
-
-
-async def _until_async(check: Any, what: str, seconds: float = 15) -> None:
-    """Await ``check()`` until it is true; fail with ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
-        await asyncio.sleep(0.1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -99,13 +100,22 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-async def until(check: Callable[[], bool], seconds: float, what: str, interval: float = 0.025) -> None:
-    """``wait_until`` for a test on an event loop: the loop runs between the checks."""
+async def until(
+    check: Callable[[], bool | Awaitable[bool]], seconds: float, what: str, interval: float = 0.025
+) -> None:
+    """``wait_until`` for a test on an event loop: the loop runs between the checks.
+
+    ``check`` may return an awaitable (an async check, or ``asyncio.to_thread`` of a blocking one).
+    """
     deadline = time.monotonic() + seconds
-    while not check():
+    while not await _checked(check()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+async def _checked(answer: bool | Awaitable[bool]) -> bool:
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def wait_for_http(url: str, timeout: float, process: LonghaulProcess | None = None) -> None:

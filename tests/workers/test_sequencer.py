@@ -31,6 +31,7 @@ from store.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
 from store.merkle_log import MerkleLog, catch_up
 from store.postgres import PostgresRunQueueRecorder
 from store.signed_notes import SignerKey, open_note
+from tests.support.processes import until
 from tests.support.tasks import new_task
 from workers.sequencer import GATHER_S, Sequencer, SequencerUnavailableError, checkpoint_headers
 
@@ -89,11 +90,8 @@ def _log_end(store: TaskApplication) -> int:
 
 
 async def _until(check: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if await asyncio.to_thread(check):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    """``until`` with ``check`` (which reads the database) in a thread."""
+    await until(lambda: asyncio.to_thread(check), seconds, what, interval=0.02)
 
 
 @asynccontextmanager
