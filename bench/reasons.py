@@ -9,9 +9,12 @@ lower bound: see ``bench.process_cpu``); "the machine's PostgreSQL" is every ``p
 process (``postgres_*``), whoever used it. Results from before the server's own backends were
 measured give the machine's figure alone, worded as then. Where those figures cannot tell what
 held a figure back, the reason says so and names the profile in ``docs/benchmarks.md`` §11 that
-goes hop by hop. Results from before the CPU was measured get "not measured". A part whose
-results hold nothing that tells why (``not_told``) says so and names the doc's section. Nothing
-here starts a process or opens a connection.
+goes hop by hop. Results from before the CPU was measured get "not measured". The latency
+targets (commit -> SSE frame, commit -> webhook) are told by their parts apart (the relay's, the
+gateway's or the dispatcher's p99 and p50), the same run's raw NATS p99 beside the target (the
+machine's own floor at that load), the services' CPU and the machine's cores busy over the load.
+A part whose results hold nothing that tells why (``not_told``) says so and names the doc's
+section. Nothing here starts a process or opens a connection.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from bench import sse_latency, webhook_latency
 
 Explain = Callable[[Mapping[str, Any]], tuple[str, ...]]
 """A part's results -> the reasons, each a sentence."""
@@ -295,5 +300,95 @@ def not_told(section: str) -> Explain:
 
     def explain(results: Mapping[str, Any]) -> tuple[str, ...]:
         return (f"this part's figures do not tell why; see docs/benchmarks.md {section}",)
+
+    return explain
+
+
+def tails(
+    first: tuple[str, Mapping[str, Any] | None], second: tuple[str, Mapping[str, Any] | None]
+) -> list[str]:
+    """Two parts of a path, each's p99 and p50, and which holds the larger tail; nothing if one is missing."""
+    (first_name, a), (second_name, b) = first, second
+    if not a or not b:
+        return []
+    larger = first_name if a["p99_ms"] >= b["p99_ms"] else second_name
+    return [
+        (
+            f"each part apart (their percentiles do not add up): {first_name} p99 {a['p99_ms']:,.1f} ms, "
+            f"p50 {a['median_ms']:,.1f} ms; {second_name} p99 {b['p99_ms']:,.1f} ms, p50 "
+            f"{b['median_ms']:,.1f} ms: the larger tail is {larger}"
+        )
+    ]
+
+
+def floor(raw: Mapping[str, Any], threshold_ms: float) -> str:
+    """The same run's raw NATS p99 beside the target: the machine's own floor at that load."""
+    p99 = raw["p99_ms"]
+    text = (
+        f"raw NATS (one core NATS message between two processes, in the same run) p99 {p99:,.1f} ms, "
+        f"{p99 / threshold_ms:.0%} of the {threshold_ms:g} ms target"
+    )
+    if p99 >= threshold_ms:
+        text += ": at this load the machine's own floor is at or above the target"
+    return text
+
+
+def machine_busy(results: Mapping[str, Any], busy: float | None) -> list[str]:
+    """The machine's cores busy over the load (everyone's), saturated or not; nothing if not measured."""
+    nproc = (results.get("machine") or {}).get("nproc")
+    if busy is None or not nproc:
+        return []
+    saturated = " (saturated)" if busy >= SATURATED * nproc else ""
+    return [f"the machine's {nproc} cores were {busy:.2f} busy on average over the load{saturated}"]
+
+
+def sse_tail(streams: int, section: str) -> Explain:
+    """Why commit -> SSE frame p99 with ``streams`` open streams is not under its target."""
+    many = streams >= sse_latency.MANY_STREAMS
+    threshold_ms = sse_latency.TARGET_P99_MANY_MS if many else sse_latency.TARGET_P99_MS
+
+    def explain(results: Mapping[str, Any]) -> tuple[str, ...]:
+        phase = next((p for p in results.get("phases", []) if p.get("streams") == streams), None)
+        if phase is None:
+            return ()
+        latency = phase["latency"]
+        reasons = tails(
+            ("the relay's part (commit → NATS)", latency.get(sse_latency.TO_NATS)),
+            ("the gateway's part (NATS → frame)", latency.get(sse_latency.GATEWAY)),
+        )
+        reasons.append(floor(latency[sse_latency.RAW], threshold_ms))
+        gateway = phase.get("gateway_cpu_s_per_s")
+        if gateway is not None:
+            reasons.append(f"the gateway was busy {gateway:.2f} of a core over the load")
+        reasons += machine_busy(results, phase.get("machine_busy_cores"))
+        return (*reasons, f"hop by hop: docs/benchmarks.md {section}")
+
+    return explain
+
+
+def webhook_tail() -> Explain:
+    """Why commit -> webhook COMPLETED delivered p99 is not under its target."""
+    threshold_ms = webhook_latency.TARGET_P99_MS
+
+    def explain(results: Mapping[str, Any]) -> tuple[str, ...]:
+        latency = results.get("latency")
+        if not latency:
+            return ()
+        reasons = tails(
+            ("the relay's part (commit → NATS)", latency.get(webhook_latency.TO_NATS)),
+            ("the dispatcher's part (NATS → COMPLETED delivered)", latency.get(webhook_latency.DISPATCHER)),
+        )
+        reasons.append(floor(latency[webhook_latency.RAW], threshold_ms))
+        cpu, seconds = results.get("process_cpu_seconds_from_load_start"), results.get("load_seconds")
+        per_delivery = results.get("dispatcher_cpu_ms_per_delivery")
+        if cpu and seconds and "relay" in cpu and per_delivery is not None:
+            dispatchers = sum(v for name, v in cpu.items() if name.startswith("dispatcher"))
+            reasons.append(
+                f"from the load's start to its last delivery the relay used {cpu['relay'] / seconds:.2f} "
+                f"and the dispatcher {dispatchers / seconds:.2f} of a core (per load second; "
+                f"{per_delivery:.2f} ms of CPU per delivery)"
+            )
+        reasons += machine_busy(results, results.get("machine_busy_cores"))
+        return (*reasons, "hop by hop: docs/benchmarks.md §8")
 
     return explain

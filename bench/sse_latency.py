@@ -60,7 +60,7 @@ from bench.common import (
     utc_now,
     write_results,
 )
-from bench.process_cpu import tree_cpu_seconds
+from bench.process_cpu import busy_cpu_seconds, tree_cpu_seconds
 from bench.webhook_latency import Arrivals, Watcher, _commit, service_env, start, stop, wait_for
 from domain.task import Task
 from store.application import TaskApplication
@@ -316,7 +316,7 @@ def run_phase(
         idle = memory(gateway.pid)
         watcher.thread.start()
         watcher.ready.wait(30)
-        cpu_at_start = tree_cpu_seconds(gateway.pid)
+        cpu_at_start, busy_at_start = tree_cpu_seconds(gateway.pid), busy_cpu_seconds()
         spy = record(args.py_spy, gateway.pid, name, args.seconds) if args.py_spy else None
         shares = [tasks[i::SUBMITTERS] for i in range(SUBMITTERS)]
         began = time.monotonic()
@@ -333,6 +333,7 @@ def run_phase(
             thread.join()
         load_s = time.monotonic() - began
         gateway_cpu = tree_cpu_seconds(gateway.pid) - cpu_at_start
+        machine_busy = busy_cpu_seconds() - busy_at_start
         if spy is not None:
             spy.wait(60)
         loaded = memory(gateway.pid)
@@ -359,6 +360,7 @@ def run_phase(
             "memory": {"before_streams": before, "streams_open_idle": idle, "after_load": loaded},
             "gateway_cpu_s_per_s": round(gateway_cpu / load_s, 3),
             "gateway_idle_cpu_s_per_s": round(idle_cpu / IDLE_S, 3),
+            "machine_busy_cores": round(machine_busy / load_s, 2),
             "client_cpu_seconds": client_cpu,
             "client_errors": errors,
             "load_seconds": round(load_s, 2),
@@ -429,7 +431,8 @@ def print_phase(phase: dict[str, Any]) -> None:
         f"(RSS {phase['memory_per_stream_bytes']['rss'] / KIB:.1f} KiB); "
         f"gateway CPU {phase['gateway_cpu_s_per_s']} s/s over the load, "
         f"{phase['gateway_idle_cpu_s_per_s']} s/s with the streams open and idle; "
-        f"client CPU s {phase['client_cpu_seconds']}"
+        f"client CPU s {phase['client_cpu_seconds']}; the machine's cores busy over the load "
+        f"{phase['machine_busy_cores']}"
     )
     print(
         table(

@@ -57,7 +57,7 @@ from bench.common import (
     utc_now,
     write_results,
 )
-from bench.process_cpu import tree_cpu_seconds
+from bench.process_cpu import busy_cpu_seconds, tree_cpu_seconds
 from domain.task import Task
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -286,6 +286,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 HEADLINE = "commit -> webhook delivered (last of the commit, COMPLETED)"
 RAW = "baseline: core NATS publish -> receive, plain subject"
+TO_NATS = "commit -> NATS (relay's message of the commit's last event)"
+DISPATCHER = "NATS -> webhook delivered (the dispatcher's part, COMPLETED)"
 
 
 def latencies(
@@ -304,12 +306,12 @@ def latencies(
         if (t, "TASK_STATE_COMPLETED") in times and (t, "Completed") in times
     ]
     return {
-        "commit -> NATS (relay's message of the commit's last event)": summary_ms(since_commit("Completed")),
+        TO_NATS: summary_ms(since_commit("Completed")),
         "commit -> webhook delivered (first of the commit, WORKING)": summary_ms(
             since_commit("TASK_STATE_WORKING")
         ),
         HEADLINE: summary_ms(since_commit("TASK_STATE_COMPLETED")),
-        "NATS -> webhook delivered (the dispatcher's part, COMPLETED)": summary_ms(from_nats),
+        DISPATCHER: summary_ms(from_nats),
         RAW: summary_ms(watcher.core),
         "baseline: JetStream publish -> ack": summary_ms(watcher.jetstream),
     }
@@ -438,7 +440,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             watcher.ready.wait(30)
             services = [("relay", relay), *((f"dispatcher-{n}", d) for n, d in enumerate(dispatchers))]
             at_start = cpu_seconds(services)  # start-up (imports, connections) is not the load's
+            busy_at_start = busy_cpu_seconds()
             committed, load_s = load(store, hooks.url, args.rate, args.seconds)
+            machine_busy = (busy_cpu_seconds() - busy_at_start) / load_s
             deadline = time.monotonic() + 60
             # 4 events on NATS, 2 webhooks per task
             while arrivals.count() + hooks.count() < len(committed) * 6 and time.monotonic() < deadline:
@@ -461,7 +465,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.hops
         else {}
     )
-    return report(args, info, committed, load_s, times, watcher, (cpu, cpu_load), hops, tree, logs, attempts)
+    return report(
+        args,
+        info,
+        committed,
+        load_s,
+        times,
+        watcher,
+        (cpu, cpu_load, machine_busy),
+        hops,
+        tree,
+        logs,
+        attempts,
+    )
 
 
 def main() -> None:
@@ -488,7 +504,7 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     load_s: float,
     times: dict[tuple[str, str], float],
     watcher: Watcher,
-    cpus: tuple[dict[str, float], dict[str, float]],
+    cpus: tuple[dict[str, float], dict[str, float], float],
     hops: dict[str, Any],
     tree: Path,
     logs: Path,
@@ -500,8 +516,9 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
     missing = sum(
         1 for t in committed for s in ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED") if (t, s) not in times
     )
-    cpu, cpu_load = cpus
+    cpu, cpu_load, machine_busy = cpus
     print(f"\nCPU seconds of the processes over the whole run: {cpu}; from the load's start: {cpu_load}")
+    print(f"the machine's cores busy over the load: {machine_busy:.2f} of {info.get('nproc')}")
     dispatcher_cpu = sum(v for name, v in cpu_load.items() if name.startswith("dispatcher"))
     per_delivery_ms = 1000 * dispatcher_cpu / max(1, 2 * len(committed))
     print(f"dispatcher CPU per delivery from the load's start: {per_delivery_ms:.3f} ms")
@@ -533,6 +550,7 @@ def report(  # noqa: PLR0917 - the run's parts, printed and written once
         "process_cpu_seconds": cpu,
         "process_cpu_seconds_from_load_start": cpu_load,
         "dispatcher_cpu_ms_per_delivery": round(per_delivery_ms, 3),
+        "machine_busy_cores": round(machine_busy, 2),
         "latency": rows,
         "tree": str(tree),
         "commit": _commit(tree),

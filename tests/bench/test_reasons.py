@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import sse_latency, webhook_latency
 from bench.a2a_load import Round
 from bench.a2a_report import cpu_summary, summarise
 from bench.reasons import ONE_CORE, REQUEST_PROFILE, SATURATED, STREAM_PROFILE, TIMES
@@ -366,3 +367,110 @@ def test_a2a_compare_sums_cpu_over_the_rounds_per_answered_request() -> None:
     summary = summarise(rounds)
     assert {"per_s_median", "p50_ms", "p99_ms", "errors", "refused"} <= set(summary)  # kept as before
     assert summary["cpu_ms_per_request"] == 10.0
+
+
+# ------------------------------------------------------------------------------ the latency targets
+
+
+def summary(p99: float, p50: float) -> dict[str, float]:
+    return {"p99_ms": p99, "median_ms": p50}
+
+
+def sse_run(
+    streams: int, *, relay_p99: float, gateway_p99: float, raw_p99: float, busy: float | None
+) -> dict[str, Any]:
+    """``bench.sse_latency.run``'s results with one phase of ``streams``, its parts apart."""
+    phase = {
+        "streams": streams,
+        "latency": {
+            sse_latency.HEADLINE: summary(relay_p99 + gateway_p99, 3.4),
+            sse_latency.TO_NATS: summary(relay_p99, 3.2),
+            sse_latency.GATEWAY: summary(gateway_p99, 0.3),
+            sse_latency.RAW: summary(raw_p99, 0.8),
+        },
+        "commits_per_s": 200.0,
+        "rate_per_s": 200.0,
+        "frames_missing": 0,
+        "client_errors": [],
+        "memory_per_stream_bytes": {"uss": 32 * 1024, "rss": 33 * 1024},
+        "gateway_cpu_s_per_s": 0.146,
+    } | ({} if busy is None else {"machine_busy_cores": busy})
+    return {"machine": {"nproc": 2}, "phases": [phase]}
+
+
+def test_an_sse_miss_names_each_part_s_tail_the_raw_nats_floor_and_the_busy_cores() -> None:
+    run = parts(sse=sse_run(50, relay_p99=34.3, gateway_p99=12.8, raw_p99=12.3, busy=1.91))
+    assert decide(target("sse-p99-50"), run).reasons == (
+        (
+            "each part apart (their percentiles do not add up): the relay's part (commit → NATS) p99 "
+            "34.3 ms, p50 3.2 ms; the gateway's part (NATS → frame) p99 12.8 ms, p50 0.3 ms: the larger "
+            "tail is the relay's part (commit → NATS)"
+        ),
+        (
+            "raw NATS (one core NATS message between two processes, in the same run) p99 12.3 ms, 123% "
+            "of the 10 ms target: at this load the machine's own floor is at or above the target"
+        ),
+        "the gateway was busy 0.15 of a core over the load",
+        "the machine's 2 cores were 1.91 busy on average over the load (saturated)",
+        "hop by hop: docs/benchmarks.md §10",
+    )
+
+
+def test_an_sse_tail_in_the_gateway_under_a_floor_below_the_target_says_both() -> None:
+    run = parts(sse=sse_run(1000, relay_p99=9.0, gateway_p99=60.0, raw_p99=9.5, busy=1.2))
+    why = decide(target("sse-p99-1000"), run).reasons
+    assert why[0].endswith("the larger tail is the gateway's part (NATS → frame)")
+    assert why[1] == (
+        "raw NATS (one core NATS message between two processes, in the same run) p99 9.5 ms, 19% "
+        "of the 50 ms target"
+    )
+    assert why[3:] == (
+        "the machine's 2 cores were 1.20 busy on average over the load",
+        "hop by hop: docs/benchmarks.md §14",
+    )
+
+
+def test_sse_results_from_before_the_busy_cores_were_read_leave_that_reason_out() -> None:
+    run = parts(sse=sse_run(50, relay_p99=30.0, gateway_p99=5.0, raw_p99=4.0, busy=None))
+    why = decide(target("sse-p99-50"), run).reasons
+    assert len(why) == 4
+    assert not any("busy on average" in reason for reason in why)
+
+
+def test_a_webhook_miss_names_the_relay_s_and_the_dispatcher_s_tails_and_their_cpu() -> None:
+    latency = {
+        webhook_latency.HEADLINE: summary(175.4, 60.9),
+        webhook_latency.TO_NATS: summary(55.0, 6.2),
+        webhook_latency.DISPATCHER: summary(162.0, 52.7),
+        webhook_latency.RAW: summary(22.1, 0.4),
+    }
+    results = {
+        "machine": {"nproc": 2},
+        "latency": latency,
+        "tasks": 6000,
+        "load_seconds": 30.0,
+        "rate_per_s": 200.0,
+        "webhooks_missing": 0,
+        "process_cpu_seconds_from_load_start": {"relay": 10.0, "dispatcher-0": 10.08},
+        "dispatcher_cpu_ms_per_delivery": 0.84,
+        "machine_busy_cores": 1.7,
+    }
+    assert decide(target("webhook-p99"), parts(webhook=results)).reasons == (
+        (
+            "each part apart (their percentiles do not add up): the relay's part (commit → NATS) p99 "
+            "55.0 ms, p50 6.2 ms; the dispatcher's part (NATS → COMPLETED delivered) p99 162.0 ms, p50 "
+            "52.7 ms: the larger tail is the dispatcher's part (NATS → COMPLETED delivered)"
+        ),
+        (
+            "raw NATS (one core NATS message between two processes, in the same run) p99 22.1 ms, 44% "
+            "of the 50 ms target"
+        ),
+        (
+            "from the load's start to its last delivery the relay used 0.33 and the dispatcher 0.34 of a "
+            "core (per load second; 0.84 ms of CPU per delivery)"
+        ),
+        "the machine's 2 cores were 1.70 busy on average over the load",
+        "hop by hop: docs/benchmarks.md §8",
+    )
+    latency[webhook_latency.HEADLINE] = summary(30.0, 10.0)  # met by far: no reason
+    assert decide(target("webhook-p99"), parts(webhook=results)).reasons == ()
