@@ -15,6 +15,14 @@ from typing import Protocol
 
 from domain.task import Task
 
+SLOT_WAIT_SECONDS = 0.5
+"""How long a blocking SendMessage waits for a slot of its process before its task is queued.
+
+Past it (every slot held by longer tasks) the task goes to the run queue, where any worker may
+claim it; within it, the submission takes the next slot freed while the queue holds nothing
+known to claim (``Worker.reserve_within``), so under more blocking callers than slots each task
+still needs no claim, no queue hop and no reload."""
+
 
 class Slot(Protocol):
     """One reserved worker slot; exactly one of ``start`` and ``release`` follows the submission."""
@@ -49,6 +57,9 @@ class Slot(Protocol):
 class HandOff(Protocol):
     """The workers of this process that take submitted tasks directly."""
 
-    def reserve(self, skill: str, version: int) -> Slot | None:
-        """A free slot for a task of ``skill`` v``version``, or None (the task is queued instead)."""
+    async def reserve_within(self, skill: str, version: int, seconds: float) -> Slot | None:
+        """A slot for a task of ``skill`` v``version``, free now or within ``seconds``, or None.
+
+        None: the task is queued instead.
+        """
         ...

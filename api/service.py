@@ -27,7 +27,7 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
-from api.hand_off import HandOff, Slot
+from api.hand_off import SLOT_WAIT_SECONDS, HandOff, Slot
 from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
@@ -194,7 +194,7 @@ class A2AService:
         )
         slot = None
         if hand_off and self._hand_off is not None:
-            slot = self._hand_off.reserve(skill.name, skill.version)
+            slot = await self._hand_off.reserve_within(skill.name, skill.version, SLOT_WAIT_SECONDS)
         if slot is None:
             return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
         leased = functools.partial(

@@ -2,7 +2,8 @@
 
 A gateway in the same process (``longhaul up``) may hand a task it submits straight to a free
 slot (``Worker.reserve``, ADR 0032): the lease is granted in the submission's own commit
-(``TaskApplication.submit_leased``) and the runner starts without a claim.
+(``TaskApplication.submit_leased``) and the runner starts without a claim. With every slot
+taken, it may wait briefly for the next one (``Worker.reserve_within``, ADR 0054).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import functools
 import logging
 import random
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -84,6 +86,8 @@ class Worker:
         self._running = False
         self._reserved = 0
         """Slots reserved for tasks a gateway of this process is submitting (``reserve``)."""
+        self._slot_waiters: deque[asyncio.Future[Reservation | None]] = deque()
+        """Submissions waiting for a slot (``reserve_within``), oldest first."""
 
     @property
     def running(self) -> bool:
@@ -105,6 +109,7 @@ class Worker:
                 await self._idle(stop)
         finally:
             self._running = False
+            self._serve_waiters()  # not running: each is answered None, its task goes to the queue
             await self._drain()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -185,9 +190,66 @@ class Worker:
         self._reserved += 1
         return Reservation(self, self._wakeup.expect())  # its commit's NOTIFY is this worker's own
 
+    async def reserve_within(self, skill: str, version: int, seconds: float) -> Reservation | None:
+        """``reserve``, waiting up to ``seconds`` for a slot when every slot is taken.
+
+        A slot freed while nothing is known to wait in the run queue (no other's append since the
+        last claim round took all) goes to the oldest waiting submission; otherwise to the claim
+        loop, so queued tasks are never passed over for long: a submission that waited in vain
+        goes to the queue, and its append sends the next freed slot to the claim loop. Nothing is
+        committed while a submission waits, so a crash loses no task: its caller had no answer.
+        """
+        if not self._running or self.draining.is_set() or not self.registry.has(skill, version):
+            return None
+        if not self._slot_waiters:
+            reservation = self.reserve(skill, version)
+            if reservation is not None:
+                return reservation
+        waiter: asyncio.Future[Reservation | None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        given = None
+        try:
+            async with asyncio.timeout(seconds):
+                given = await waiter
+        except TimeoutError:
+            pass
+        finally:
+            if given is None:  # the wait ended, or its caller went away: a slot given meanwhile goes back
+                self._withdraw(waiter)
+        return given
+
+    def _withdraw(self, waiter: asyncio.Future[Reservation | None]) -> None:
+        if not waiter.done():
+            waiter.cancel()
+        with contextlib.suppress(ValueError):
+            self._slot_waiters.remove(waiter)
+        if not waiter.cancelled() and (given := waiter.result()) is not None:
+            given.release()
+
+    def _serve_waiters(self) -> None:
+        """Give free slots to waiting submissions while the run queue holds nothing known to claim."""
+        while self._slot_waiters:
+            refused = not self._running or self.draining.is_set()
+            if not refused and (self._look or len(self.runners) + self._reserved >= self.config.concurrency):
+                return
+            waiter = self._slot_waiters.popleft()
+            if waiter.done():
+                continue
+            if refused:
+                waiter.set_result(None)
+                continue
+            self._reserved += 1
+            waiter.set_result(Reservation(self, self._wakeup.expect()))
+
+    def _slot_free(self) -> None:
+        """A slot was freed: to a waiting submission (``_serve_waiters``), else to the claim loop."""
+        self._serve_waiters()
+        if not self._running or len(self.runners) + self._reserved < self.config.concurrency:
+            self._slot_freed.set()  # the claim loop's (or the drain's) to take
+
     def _unreserve(self) -> None:
         self._reserved -= 1
-        self._slot_freed.set()
+        self._slot_free()
 
     def _start_handed(self, task: Task) -> asyncio.Future[None] | None:
         """Run ``task``, whose lease this worker was granted in its submission's commit."""
@@ -222,12 +284,13 @@ class Worker:
 
     def _finished(self, task_id: UUID, future: asyncio.Future[None]) -> None:
         self.runners.pop(task_id, None)
-        self._slot_freed.set()
+        self._slot_free()
         if not future.cancelled() and future.exception() is not None:
             log.error("task %s: runner crashed", task_id, exc_info=future.exception())
 
     async def _idle(self, stop: asyncio.Event) -> None:
         """Sleep until an append, a freed slot, the next lease expiry, the poll interval or stop."""
+        self._serve_waiters()  # a claim round that found nothing leaves its free slots to them
         timeout = self.config.poll_seconds
         if len(self.runners) + self._reserved < self.config.concurrency:
             if not self._next_end_known:  # own commits leave no lease to take over: no read for them

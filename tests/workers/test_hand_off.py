@@ -5,6 +5,8 @@ slot's runner runs the task with no claim; a resend grants nothing; reserved slo
 taken for claims; a worker that does not run, drains or lacks the skill version reserves nothing;
 only a blocking SendMessage hands over, starts the runner even when its caller is gone, and
 answers with what the runner committed (no wait on the log) unless the runner lost its lease.
+With every slot taken a submission waits for the next freed one, unless a queued task waits
+(ADR 0054).
 """
 
 from __future__ import annotations
@@ -310,3 +312,103 @@ async def test_a_runner_that_loses_its_lease_leaves_the_answer_to_the_log(
 
     answer = await asyncio.wait_for(sending, 10)
     assert answer["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+# ---------------------------------------------------------------------- waiting for a slot
+
+
+async def test_a_submission_waits_for_the_next_freed_slot(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    async with _running(_worker(store, registry, concurrency=1)) as process:
+        held = await _reserve(process)
+        waiting = asyncio.ensure_future(process.reserve_within("done", 1, 10))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # the one slot is held
+
+        held.release()
+        given = await asyncio.wait_for(waiting, 1)
+        assert given is not None
+        assert process.reserve("done", 1) is None  # the freed slot went to the waiting submission
+        given.release()
+
+
+async def test_a_freed_slot_goes_to_the_queue_when_another_append_waits_there(
+    store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
+) -> None:
+    async with _running(_worker(store, registry, concurrency=1)) as process:
+        slot = await _reserve(process)
+        _, copy = await asyncio.to_thread(_submit_leased, store, registry, _message(), "held")
+        assert copy is not None
+        slot.start(copy)  # the one slot runs a task that waits for ``release``
+        waiting = asyncio.ensure_future(process.reserve_within("done", 1, 10))
+        queued = new_task(_clock(), skill="done")
+        store.save_tasks(queued)  # another's append: the queue may hold a task to claim
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+
+        release.set()
+        given = await asyncio.wait_for(waiting, 5)
+        assert given is not None
+        # The freed slot went to the claim loop first: the queued task was not passed over.
+        assert store.get(queued.id).lease_epoch == 1
+        given.release()
+
+
+async def test_a_wait_in_vain_and_a_gone_caller_leave_no_slot_taken(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    async with _running(_worker(store, registry, concurrency=1)) as process:
+        held = await _reserve(process)
+        assert await process.reserve_within("done", 1, 0.05) is None  # its task would be queued
+
+        gone = asyncio.ensure_future(process.reserve_within("done", 1, 10))
+        await asyncio.sleep(0.05)
+        held.release()  # given to the waiting submission at once ...
+        gone.cancel()  # ... whose caller goes away before it resumes
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        slot = process.reserve("done", 1)
+        assert slot is not None  # the slot came back
+        slot.release()
+
+
+async def test_a_stopping_worker_answers_every_waiting_submission(
+    store: TaskApplication, registry: SkillRegistry
+) -> None:
+    process = _worker(store, registry, concurrency=1)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(process.run(stop))
+    held = await _reserve(process)
+    waiting = asyncio.ensure_future(process.reserve_within("done", 1, 30))
+    await asyncio.sleep(0.05)
+    stop.set()
+    assert await asyncio.wait_for(waiting, 2) is None  # queued instead: no wait for the drain
+    held.release()
+    await running
+
+
+async def test_a_blocking_send_past_the_free_slots_is_still_handed_over(
+    store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
+) -> None:
+    async with _running(_worker(store, registry, concurrency=1)) as process:
+        service = A2AService(
+            store=store,
+            registry=registry,
+            clock=_clock,
+            default_skill="done",
+            waiter=_NoWake(),
+            hand_off=process,
+        )
+        held = await _reserve(process)
+        sending = asyncio.ensure_future(
+            service.send_message(SendMessageRequest.model_validate({"message": _message()}))
+        )
+        await asyncio.sleep(0.1)
+        held.release()
+
+        answer = await asyncio.wait_for(sending, 5)  # _NoWake: never waited on the log
+        assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        history: list[Any] = list(store.history(UUID(answer["task"]["id"])))
+        assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
+        assert history[1].timestamp == history[0].timestamp  # granted in the submission's commit
