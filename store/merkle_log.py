@@ -24,6 +24,7 @@ from uuid import UUID
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
+from store.binary_arrays import byteas, int2s, int8s, uuids
 from store.chain import task_uuid
 from store.checkpoints import Checkpoint
 from store.merkle import MerkleTree, Node, consistency_proof, event_leaf, hash_leaf, inclusion_proof
@@ -167,7 +168,7 @@ class MerkleLog:
                     "SELECT c.task_id, c.version, c.hash FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{chain} c ON c.task_id = k.t AND c.version = k.v"
                 ),
-                ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
+                (uuids([task_id for _, task_id, _ in events]), int8s([version for _, _, version in events])),
             )
             hashes = {(row["task_id"], row["version"]): bytes(row["hash"]) for row in curs.fetchall()}
             curs.execute(
@@ -175,7 +176,7 @@ class MerkleLog:
                     "SELECT l.task_id, l.version, l.leaf_index FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{leaves} l ON l.task_id = k.t AND l.version = k.v"
                 ),
-                ([task_id for _, task_id, _ in events], [version for _, _, version in events]),
+                (uuids([task_id for _, task_id, _ in events]), int8s([version for _, _, version in events])),
             )
             leafed = {(row["task_id"], row["version"]): row["leaf_index"] for row in curs.fetchall()}
             nodes: list[tuple[Node, bytes]] = []
@@ -200,11 +201,11 @@ class MerkleLog:
                         " unnest(%b::bigint[], %b::bigint[], %b::uuid[], %b::bigint[], %b::bytea[])"
                     ),
                     (
-                        [leaf.index for leaf in leaves],
-                        [leaf.position for leaf in leaves],
-                        [leaf.task_id for leaf in leaves],
-                        [leaf.version for leaf in leaves],
-                        [leaf.chain_hash for leaf in leaves],
+                        int8s([leaf.index for leaf in leaves]),
+                        int8s([leaf.position for leaf in leaves]),
+                        uuids([leaf.task_id for leaf in leaves]),
+                        int8s([leaf.version for leaf in leaves]),
+                        byteas([leaf.chain_hash for leaf in leaves]),
                     ),
                 )
                 curs.execute(
@@ -212,7 +213,11 @@ class MerkleLog:
                         "INSERT INTO {schema}.{nodes} (level, position, hash)"
                         " SELECT * FROM unnest(%b::smallint[], %b::bigint[], %b::bytea[])"
                     ),
-                    ([n.level for n, _ in nodes], [n.position for n, _ in nodes], [h for _, h in nodes]),
+                    (
+                        int2s([n.level for n, _ in nodes]),
+                        int8s([n.position for n, _ in nodes]),
+                        byteas([h for _, h in nodes]),
+                    ),
                 )
             curs.execute(
                 self._sql(
@@ -249,7 +254,7 @@ class MerkleLog:
         rows = self._rows(
             "SELECT n.level, n.position, n.hash FROM unnest(%b::smallint[], %b::bigint[]) k(l, p)"
             " JOIN {schema}.{nodes} n ON n.level = k.l AND n.position = k.p",
-            ([node.level for node in nodes], [node.position for node in nodes]),
+            (int2s([node.level for node in nodes]), int8s([node.position for node in nodes])),
         )
         found = {Node(row["level"], row["position"]): bytes(row["hash"]) for row in rows}
         return [found[node] for node in nodes]

@@ -46,6 +46,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.sql import SQL, Identifier
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
+from store.binary_arrays import bools, byteas, int4s, int8s, texts, timestamptzs, uuids
 from store.chain import GENESIS, ChainRow, chain_hash, task_uuid
 from store.merkle_log import PURGED_TABLE
 from store.reads import read_statement, read_transaction
@@ -193,30 +194,30 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         return (
             f"{self.datastore.lock_timeout}s",
             self.channel_name,
-            [e.originator_id for e in stored_events],
-            [e.originator_version for e in stored_events],
-            [e.topic for e in stored_events],
-            [e.state for e in stored_events],
-            [t for t, _, _ in links],
-            [v for _, v, _ in links],
-            [h for _, _, h in links],
-            [r.task_id for r in rows],
-            [r.version for r in rows],
-            [r.tenant for r in rows],
-            [r.state for r in rows],
-            [r.skill for r in rows],
-            [r.skill_version for r in rows],
-            [r.next_step for r in rows],
-            [r.lease_owner for r in rows],
-            [r.lease_until for r in rows],
-            [r.deadline for r in rows],
-            [r.updated_at for r in rows],
-            [r.expired for r in rows],
-            [k.task_id for k in keys.new],
-            [k.tenant for k in keys.new],
-            [k.key_id for k in keys.new],
-            [k.key for k in keys.new],
-            list(keys.destroyed),
+            uuids([e.originator_id for e in stored_events]),
+            int8s([e.originator_version for e in stored_events]),
+            texts([e.topic for e in stored_events]),
+            byteas([e.state for e in stored_events]),
+            uuids([t for t, _, _ in links]),
+            int8s([v for _, v, _ in links]),
+            byteas([h for _, _, h in links]),
+            uuids([r.task_id for r in rows]),
+            int8s([r.version for r in rows]),
+            texts([r.tenant for r in rows]),
+            texts([r.state for r in rows]),
+            texts([r.skill for r in rows]),
+            int4s([r.skill_version for r in rows]),
+            int4s([r.next_step for r in rows]),
+            texts([r.lease_owner for r in rows]),
+            timestamptzs([r.lease_until for r in rows]),
+            timestamptzs([r.deadline for r in rows]),
+            timestamptzs([r.updated_at for r in rows]),
+            bools([r.expired for r in rows]),
+            uuids([k.task_id for k in keys.new]),
+            texts([k.tenant for k in keys.new]),
+            texts([k.key_id for k in keys.new]),
+            byteas([k.key for k in keys.new]),
+            uuids(list(keys.destroyed)),
         )
 
     def _chain_links(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent]) -> list[Link]:
@@ -238,7 +239,9 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                 else:
                     wanted[task_id] = before
         if wanted:
-            curs.execute(self._select_links, (list(wanted), list(wanted.values())), prepare=True)
+            curs.execute(
+                self._select_links, (uuids(list(wanted)), int8s(list(wanted.values()))), prepare=True
+            )
             previous.update((row["task_id"], bytes(row["hash"])) for row in curs.fetchall())
         links: list[Link] = []
         unchained = [task_id for task_id in wanted if task_id not in previous]
@@ -670,7 +673,7 @@ async def select_events_at(
             " JOIN unnest(%b::uuid[], %b::bigint[]) AS k(id, version)"
             " ON e.originator_id = k.id AND e.originator_version = k.version"
         ).format(Identifier(schema), Identifier(table)),
-        ([k[0] for k in keys], [k[1] for k in keys]),
+        (uuids([k[0] for k in keys]), int8s([k[1] for k in keys])),
     )
     return {
         (row["originator_id"], row["originator_version"]): _stored(row) for row in await cursor.fetchall()
