@@ -134,6 +134,20 @@ class DurableReader(threading.Thread):
             await client.close()
 
 
+def _catch_up(reader: DurableReader, node: NatsServer, stream: str, expected: list[int]) -> str:
+    """Where a consumer that did not catch up stands: the log, the stream on ``node``, the reader."""
+    try:
+        state = asyncio.run(_stream_info(node.url, stream)).state
+        held = f"the stream on {node.name} holds {state.messages} (last seq {state.last_seq})"
+    except Exception as error:  # a diagnostic of a failure already being reported
+        held = f"the stream on {node.name} did not answer ({error!r})"
+    last = reader.positions[-1] if reader.positions else None
+    return (
+        f"the log holds {len(expected)} events (last position {expected[-1]}); {held}; "
+        f"the reader got {len(reader.positions)} (last position {last}), its errors {reader.errors[-5:]}"
+    )
+
+
 def _submit(gateway: str, count: int, on: int, then: Any) -> list[str]:
     """Submit ``count`` crash-noop tasks through the gateway, calling ``then()`` after the ``on``-th."""
     ids = []
@@ -199,7 +213,10 @@ def test_a_nats_node_killed_under_load_loses_and_repeats_no_event(
         expected = _log_positions(store)
         assert len(expected) >= TASKS * 6
         assert expected[-1] > killed_at[0]
-        wait_until(lambda: len(reader.positions) >= len(expected), 30, "the consumer to catch up")
+        try:
+            wait_until(lambda: len(reader.positions) >= len(expected), 30, "the consumer to catch up")
+        except AssertionError as error:  # say which side stalled: the relay, or the consumer
+            raise AssertionError(f"{error}; {_catch_up(reader, survivor, stream, expected)}") from None
 
         in_stream = asyncio.run(_stream_positions(survivor.url, stream))
         assert in_stream == expected, "the stream does not hold the log, once each, in order"
