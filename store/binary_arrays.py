@@ -39,139 +39,13 @@ _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class BinaryArray:
-    """An array argument already in PostgreSQL's binary format; its subclass names the type."""
+    """An array argument already in PostgreSQL's binary format; its class names the type."""
 
     __slots__ = ("data",)
-    array_oid = 0
+    element_oid = 0
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-
-
-class UuidArray(BinaryArray):
-    """``uuid[]``."""
-
-    __slots__ = ()
-    array_oid = 2951
-
-
-class Int8Array(BinaryArray):
-    """``bigint[]``."""
-
-    __slots__ = ()
-    array_oid = 1016
-
-
-class Int4Array(BinaryArray):
-    """``int[]``."""
-
-    __slots__ = ()
-    array_oid = 1007
-
-
-class Int2Array(BinaryArray):
-    """``smallint[]``."""
-
-    __slots__ = ()
-    array_oid = 1005
-
-
-class TextArray(BinaryArray):
-    """``text[]``."""
-
-    __slots__ = ()
-    array_oid = 1009
-
-
-class ByteaArray(BinaryArray):
-    """``bytea[]``."""
-
-    __slots__ = ()
-    array_oid = 1001
-
-
-class TimestamptzArray(BinaryArray):
-    """``timestamptz[]``."""
-
-    __slots__ = ()
-    array_oid = 1185
-
-
-class BoolArray(BinaryArray):
-    """``boolean[]``."""
-
-    __slots__ = ()
-    array_oid = 1000
-
-
-def _array(element_oid: int, count: int, nulls: bool, body: bytes) -> bytes:
-    if not count:
-        return _EMPTY.pack(0, 0, element_oid)
-    return _HEAD.pack(1, int(nulls), element_oid, count, 1) + body
-
-
-def uuids(values: Sequence[UUID | str]) -> UuidArray:
-    """``uuid[]`` of ``values`` (no NULLs); a string is read as a UUID (the library allows both ids)."""
-    encoded = [_UUID_LENGTH + (v.bytes if isinstance(v, UUID) else UUID(v).bytes) for v in values]
-    return UuidArray(_array(2950, len(values), False, b"".join(encoded)))
-
-
-def int8s(values: Sequence[int]) -> Int8Array:
-    """``bigint[]`` of ``values`` (no NULLs)."""
-    return Int8Array(_array(20, len(values), False, b"".join([_INT8.pack(8, v) for v in values])))
-
-
-def int4s(values: Sequence[int]) -> Int4Array:
-    """``int[]`` of ``values`` (no NULLs)."""
-    return Int4Array(_array(23, len(values), False, b"".join([_INT4.pack(4, v) for v in values])))
-
-
-def int2s(values: Sequence[int]) -> Int2Array:
-    """``smallint[]`` of ``values`` (no NULLs)."""
-    return Int2Array(_array(21, len(values), False, b"".join([_INT2.pack(2, v) for v in values])))
-
-
-def bools(values: Sequence[bool]) -> BoolArray:
-    """``boolean[]`` of ``values`` (no NULLs)."""
-    return BoolArray(_array(16, len(values), False, b"".join([_TRUE if v else _FALSE for v in values])))
-
-
-def texts(values: Sequence[str | None]) -> TextArray:
-    """``text[]`` of ``values``; None is NULL."""
-    return TextArray(_varying(25, [None if v is None else v.encode() for v in values]))
-
-
-def byteas(values: Sequence[bytes | None]) -> ByteaArray:
-    """``bytea[]`` of ``values``; None is NULL."""
-    return ByteaArray(_varying(17, values))
-
-
-def timestamptzs(values: Sequence[datetime | None]) -> TimestamptzArray:
-    """``timestamptz[]`` of ``values`` (each with its time zone); None is NULL."""
-    encoded: list[bytes | None] = []
-    for value in values:
-        if value is None:
-            encoded.append(None)
-            continue
-        if value.utcoffset() is None:
-            raise ValueError(f"a timestamptz needs a time zone: {value!r}")
-        delta = value - _PG_EPOCH
-        micros = delta.microseconds + 1_000_000 * (86_400 * delta.days + delta.seconds)
-        encoded.append(micros.to_bytes(8, "big", signed=True))
-    return TimestamptzArray(_varying(1184, encoded))
-
-
-def _varying(element_oid: int, values: Sequence[bytes | None]) -> bytes:
-    parts: list[bytes] = []
-    nulls = False
-    for value in values:
-        if value is None:
-            parts.append(_NULL)
-            nulls = True
-        else:
-            parts.append(_LENGTH.pack(len(value)))
-            parts.append(value)
-    return _array(element_oid, len(values), nulls, b"".join(parts))
 
 
 class _ArrayDumper(Dumper):
@@ -184,20 +58,88 @@ class _ArrayDumper(Dumper):
         return data
 
 
-def register() -> None:
-    """Make every ``BinaryArray`` type a parameter of any psycopg connection (idempotent)."""
-    for array in (
-        UuidArray,
-        Int8Array,
-        Int4Array,
-        Int2Array,
-        TextArray,
-        ByteaArray,
-        TimestamptzArray,
-        BoolArray,
-    ):
-        dumper = type(f"{array.__name__}Dumper", (_ArrayDumper,), {"oid": array.array_oid})
-        psycopg.adapters.register_dumper(array, dumper)
+def _array_type(name: str, array_oid: int, element_oid: int) -> type[BinaryArray]:
+    """A ``BinaryArray`` class of one array type, registered as a parameter of every connection."""
+    array = type(name, (BinaryArray,), {"__slots__": (), "element_oid": element_oid})
+    psycopg.adapters.register_dumper(array, type(f"{name}Dumper", (_ArrayDumper,), {"oid": array_oid}))
+    return array
 
 
-register()
+_UUIDS = _array_type("UuidArray", 2951, 2950)
+_INT8S = _array_type("Int8Array", 1016, 20)
+_INT4S = _array_type("Int4Array", 1007, 23)
+_INT2S = _array_type("Int2Array", 1005, 21)
+_TEXTS = _array_type("TextArray", 1009, 25)
+_BYTEAS = _array_type("ByteaArray", 1001, 17)
+_TIMESTAMPTZS = _array_type("TimestamptzArray", 1185, 1184)
+_BOOLS = _array_type("BoolArray", 1000, 16)
+
+
+def _array(array: type[BinaryArray], count: int, nulls: bool, body: bytes) -> BinaryArray:
+    if not count:
+        return array(_EMPTY.pack(0, 0, array.element_oid))
+    return array(_HEAD.pack(1, int(nulls), array.element_oid, count, 1) + body)
+
+
+def uuids(values: Sequence[UUID | str]) -> BinaryArray:
+    """``uuid[]`` of ``values`` (no NULLs); a string is read as a UUID (the library allows both ids)."""
+    encoded = [_UUID_LENGTH + (v.bytes if isinstance(v, UUID) else UUID(v).bytes) for v in values]
+    return _array(_UUIDS, len(values), False, b"".join(encoded))
+
+
+def int8s(values: Sequence[int]) -> BinaryArray:
+    """``bigint[]`` of ``values`` (no NULLs)."""
+    return _array(_INT8S, len(values), False, b"".join([_INT8.pack(8, v) for v in values]))
+
+
+def int4s(values: Sequence[int]) -> BinaryArray:
+    """``int[]`` of ``values`` (no NULLs)."""
+    return _array(_INT4S, len(values), False, b"".join([_INT4.pack(4, v) for v in values]))
+
+
+def int2s(values: Sequence[int]) -> BinaryArray:
+    """``smallint[]`` of ``values`` (no NULLs)."""
+    return _array(_INT2S, len(values), False, b"".join([_INT2.pack(2, v) for v in values]))
+
+
+def bools(values: Sequence[bool]) -> BinaryArray:
+    """``boolean[]`` of ``values`` (no NULLs)."""
+    return _array(_BOOLS, len(values), False, b"".join([_TRUE if v else _FALSE for v in values]))
+
+
+def texts(values: Sequence[str | None]) -> BinaryArray:
+    """``text[]`` of ``values``; None is NULL."""
+    return _varying(_TEXTS, [None if v is None else v.encode() for v in values])
+
+
+def byteas(values: Sequence[bytes | None]) -> BinaryArray:
+    """``bytea[]`` of ``values``; None is NULL."""
+    return _varying(_BYTEAS, values)
+
+
+def timestamptzs(values: Sequence[datetime | None]) -> BinaryArray:
+    """``timestamptz[]`` of ``values`` (each with its time zone); None is NULL."""
+    encoded: list[bytes | None] = []
+    for value in values:
+        if value is None:
+            encoded.append(None)
+            continue
+        if value.utcoffset() is None:
+            raise ValueError(f"a timestamptz needs a time zone: {value!r}")
+        delta = value - _PG_EPOCH
+        micros = delta.microseconds + 1_000_000 * (86_400 * delta.days + delta.seconds)
+        encoded.append(micros.to_bytes(8, "big", signed=True))
+    return _varying(_TIMESTAMPTZS, encoded)
+
+
+def _varying(array: type[BinaryArray], values: Sequence[bytes | None]) -> BinaryArray:
+    parts: list[bytes] = []
+    nulls = False
+    for value in values:
+        if value is None:
+            parts.append(_NULL)
+            nulls = True
+        else:
+            parts.append(_LENGTH.pack(len(value)))
+            parts.append(value)
+    return _array(array, len(values), nulls, b"".join(parts))

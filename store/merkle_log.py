@@ -163,12 +163,13 @@ class MerkleLog:
             stored = int(found[0]["log_position"]) if found else 0
             if positions[0] <= stored:
                 raise ValueError(f"the log is sequenced up to {stored}, not below {positions[0]}")
+            keys = (uuids([t for _, t, _ in events]), int8s([v for _, _, v in events]))
             curs.execute(
                 self._sql(
                     "SELECT c.task_id, c.version, c.hash FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{chain} c ON c.task_id = k.t AND c.version = k.v"
                 ),
-                (uuids([task_id for _, task_id, _ in events]), int8s([version for _, _, version in events])),
+                keys,
             )
             hashes = {(row["task_id"], row["version"]): bytes(row["hash"]) for row in curs.fetchall()}
             curs.execute(
@@ -176,7 +177,7 @@ class MerkleLog:
                     "SELECT l.task_id, l.version, l.leaf_index FROM unnest(%b::uuid[], %b::bigint[]) k(t, v)"
                     " JOIN {schema}.{leaves} l ON l.task_id = k.t AND l.version = k.v"
                 ),
-                (uuids([task_id for _, task_id, _ in events]), int8s([version for _, _, version in events])),
+                keys,  # the same events' keys, encoded once
             )
             leafed = {(row["task_id"], row["version"]): row["leaf_index"] for row in curs.fetchall()}
             nodes: list[tuple[Node, bytes]] = []

@@ -183,7 +183,7 @@ class Worker:
         the submission's commit, then starts the runner (``Reservation.start``) or gives the slot
         back (``Reservation.release``).
         """
-        if not self._running or self.draining.is_set() or not self.registry.has(skill, version):
+        if not self._takes(skill, version):
             return None
         if len(self.runners) + self._reserved >= self.config.concurrency:
             return None
@@ -199,7 +199,7 @@ class Worker:
         goes to the queue, and its append sends the next freed slot to the claim loop. Nothing is
         committed while a submission waits, so a crash loses no task: its caller had no answer.
         """
-        if not self._running or self.draining.is_set() or not self.registry.has(skill, version):
+        if not self._takes(skill, version):
             return None
         if not self._slot_waiters:
             reservation = self.reserve(skill, version)
@@ -217,6 +217,10 @@ class Worker:
             if given is None:  # the wait ended, or its caller went away: a slot given meanwhile goes back
                 self._withdraw(waiter)
         return given
+
+    def _takes(self, skill: str, version: int) -> bool:
+        """Whether this worker runs and takes handed-off tasks of ``skill`` v``version``."""
+        return self._running and not self.draining.is_set() and self.registry.has(skill, version)
 
     def _withdraw(self, waiter: asyncio.Future[Reservation | None]) -> None:
         if not waiter.done():

@@ -3,8 +3,8 @@
 Every array type the hot statements use, for any values (Hypothesis: empty lists, NULLs, the
 integer types' limits, any text, any bytes, any time zone), is sent once as a ``BinaryArray`` and
 once as a plain list through psycopg's own dumper, cast to the same type; PostgreSQL must read
-both as the same array. A NULL in an array type that takes none, and a time without a zone, are
-refused before anything is sent.
+both as the same array. A time without a zone, and an integer its type cannot hold, are refused
+before anything is sent.
 """
 
 from __future__ import annotations
