@@ -11,7 +11,7 @@ from the run queue.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from domain.task import Task
 
@@ -22,6 +22,12 @@ Past it (every slot held by longer tasks) the task goes to the run queue, where 
 claim it; within it, the submission takes the next slot freed while the queue holds nothing
 known to claim (``Worker.reserve_within``), so under more blocking callers than slots each task
 still needs no claim, no queue hop and no reload."""
+
+
+Takes = Literal["free", "idle"]
+"""Which slot of this process a new task may take: ``"free"`` (a blocking SendMessage) a free one,
+or the next one freed within ``SLOT_WAIT_SECONDS``; ``"idle"`` (a stream) one of an idle worker
+only (ADR 0055). A send that takes none (returnImmediately) goes to the run queue."""
 
 
 class Slot(Protocol):
@@ -56,6 +62,13 @@ class Slot(Protocol):
 
 class HandOff(Protocol):
     """The workers of this process that take submitted tasks directly."""
+
+    def reserve_idle(self, skill: str, version: int) -> Slot | None:
+        """A slot for a task of ``skill`` v``version`` if the worker is idle now, or None.
+
+        For a send that does not wait: its task is queued unless nothing else runs or waits.
+        """
+        ...
 
     async def reserve_within(self, skill: str, version: int, seconds: float) -> Slot | None:
         """A slot for a task of ``skill`` v``version``, free now or within ``seconds``, or None.

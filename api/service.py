@@ -27,7 +27,7 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
-from api.hand_off import SLOT_WAIT_SECONDS, HandOff, Slot
+from api.hand_off import SLOT_WAIT_SECONDS, HandOff, Slot, Takes
 from api.waiting import TaskWaiter
 from api.wire import (
     DEFAULT_PAGE_SIZE,
@@ -111,7 +111,7 @@ class A2AService:
         """
         configuration = request.configuration
         waits = configuration is None or not configuration.return_immediately
-        task, slot = await self._accept(request, hand_off=waits)
+        task, slot = await self._accept(request, takes="free" if waits else None)
         if self.answers_with_message(task):
             return await self.message_answer(task, slot)
         if waits:
@@ -119,24 +119,20 @@ class A2AService:
         history_length = configuration.history_length if configuration is not None else None
         return {"task": task_to_wire(task, history_length=history_length)}
 
-    async def accept_message(self, request: SendMessageRequest) -> Task:
+    async def accept_message(self, request: SendMessageRequest, *, hand_off: bool = False) -> Task:
         """Submit the message as a new task, or as the answer to the paused task it names.
 
         The first half of SendMessage and SendStreamingMessage (``api.streams``): the task as the
         commit left it. An inline ``configuration.taskPushNotificationConfig`` is checked like a
         created one and stored in the same commit as the task's ``Submitted`` (or the answer's
-        ``InputReceived``).
+        ``InputReceived``). With ``hand_off`` a new task is handed to this process's worker if that
+        worker is idle (ADR 0055).
         """
-        task, _ = await self._accept(request, hand_off=False)
+        task, _ = await self._accept(request, takes="idle" if hand_off else None)
         return task
 
-    async def _accept(self, request: SendMessageRequest, *, hand_off: bool) -> tuple[Task, Slot | None]:
-        """``accept_message``; a new task is handed to a free worker slot of this process if ``hand_off``.
-
-        Only a blocking SendMessage hands its task over: its caller waits for the runner anyway.
-        An answer that does not wait (returnImmediately, the first frame of a stream) goes out
-        before the task is claimed from the queue, as it measured faster that way (ADR 0032).
-        """
+    async def _accept(self, request: SendMessageRequest, *, takes: Takes | None) -> tuple[Task, Slot | None]:
+        """``accept_message``; a new task may be handed to a worker slot of this process (``_submit``)."""
         configuration = request.configuration
         tenant = request.tenant or DEFAULT_TENANT
         message = request.message
@@ -158,7 +154,7 @@ class A2AService:
                     skill=self._skill_for(request),
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
-                    hand_off=hand_off,
+                    takes=takes,
                 )
             answered = await asyncio.to_thread(
                 self._store.answer,
@@ -181,9 +177,14 @@ class A2AService:
         skill: Skill,
         push_config: JSON | None,
         key_id: str | None,
-        hand_off: bool,
+        takes: Takes | None,
     ) -> tuple[Task, Slot | None]:
-        """A new task (or a resend's), handed to a free worker slot of this process if there is one.
+        """A new task (or a resend's), handed to a worker slot of this process as ``takes`` says.
+
+        ``"free"`` (a blocking SendMessage): a free slot, or the next one freed within
+        ``SLOT_WAIT_SECONDS`` (ADRs 0032, 0054). ``"idle"`` (a stream, whose caller follows the
+        task to its end): a slot of an idle worker only; under load the task goes to the run
+        queue, whose claims take several at once (ADR 0055). None (returnImmediately): the queue.
 
         With a slot, the lease is granted in the submission's commit and the slot's runner starts
         once the commit returns, whether or not this call is still awaited (a client that hung up
@@ -193,8 +194,10 @@ class A2AService:
             self._store.submit, tenant=tenant, message=message, skill=skill, clock=self._clock
         )
         slot = None
-        if hand_off and self._hand_off is not None:
+        if self._hand_off is not None and takes == "free":
             slot = await self._hand_off.reserve_within(skill.name, skill.version, SLOT_WAIT_SECONDS)
+        elif self._hand_off is not None and takes == "idle":
+            slot = self._hand_off.reserve_idle(skill.name, skill.version)
         if slot is None:
             return await asyncio.to_thread(submit, push_config=push_config, key_id=key_id), None
         leased = functools.partial(

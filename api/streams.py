@@ -74,6 +74,8 @@ class StreamMetrics:
             "SSE streams this gateway process closed because their reader fell too far behind.",
             registry=registry,
         )
+        self.sending = 0
+        """The open gauge's value: the streams being sent now."""
 
     def counted(self, frames: AsyncIterator[Frame]) -> AsyncIterator[Frame]:
         """``frames``, counted as an open stream while they are read (a primed first frame stays ready)."""
@@ -83,6 +85,7 @@ class StreamMetrics:
 
     async def _counted(self, frames: AsyncIterator[Frame]) -> AsyncGenerator[Frame, None]:
         self.open.inc()
+        self.sending += 1
         try:
             async for item in frames:
                 yield item
@@ -91,6 +94,7 @@ class StreamMetrics:
             raise
         finally:
             self.open.dec()
+            self.sending -= 1
             close = getattr(frames, "aclose", None)
             if close is not None:
                 await close()
@@ -155,9 +159,13 @@ class TaskStreams:
     async def send_streaming_message(
         self, request: SendMessageRequest, *, last_event_id: int | None = None
     ) -> AsyncIterator[Frame]:
-        """Accept the message as SendMessage does, then stream its task until it settles."""
+        """Accept the message as SendMessage does, then stream its task until it settles.
+
+        The only stream of this gateway hands its new task to the worker of its process if that
+        worker is idle (ADR 0055); beside other streams the task goes to the run queue.
+        """
         sources = self._sources("SendStreamingMessage")
-        task = await self._service.accept_message(request)
+        task = await self._service.accept_message(request, hand_off=self._metrics.sending == 0)
         if self._service.answers_with_message(task):
             return _message_only(self._service, task)
         history_length = request.configuration.history_length if request.configuration else None

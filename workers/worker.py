@@ -190,6 +190,19 @@ class Worker:
         self._reserved += 1
         return Reservation(self, self._wakeup.expect())  # its commit's NOTIFY is this worker's own
 
+    def reserve_idle(self, skill: str, version: int) -> Reservation | None:
+        """``reserve``, only while this worker is idle; None while it is not.
+
+        Idle: no runner, no slot reserved, and nothing in the run queue known to claim (so no
+        submission waits for a slot either: one waits only while the slots are taken or the
+        queue comes first). For a stream's new task (ADR 0055): on an idle worker it starts with
+        no claim, queue read or load; on a busy one it goes to the run queue, whose claims take
+        several tasks at once.
+        """
+        if self.runners or self._reserved or self._look:
+            return None
+        return self.reserve(skill, version)
+
     async def reserve_within(self, skill: str, version: int, seconds: float) -> Reservation | None:
         """``reserve``, waiting up to ``seconds`` for a slot when every slot is taken.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +20,7 @@ import pytest
 from litestar import Litestar
 
 from api.task_feed import StoreLog, TaskFeed
+from domain.skill import SkillRegistry
 from projections.stream_response import stream_response
 from projections.subjects import NatsNames
 from store.application import TaskApplication
@@ -33,7 +35,10 @@ from tests.api.streams_support import (
     served,
     state_of,
 )
-from tests.api.support import Advance, error_of, user_message
+from tests.api.support import Advance, FakeClock, error_of, make_registry, user_message
+from tests.support.tasks import new_task
+from workers.task_runner import RunPolicy
+from workers.worker import Worker, WorkerConfig
 
 JSON = dict[str, Any]
 
@@ -429,3 +434,55 @@ class TestRestBinding:
         response = await http.post(f"/a2a/rest/tasks/{task_id}:subscribe")
         assert response.status_code == 400
         assert response.json()["error"]["details"][0]["reason"] == "UNSUPPORTED_OPERATION"
+
+
+async def test_only_the_lone_streams_task_is_handed_to_the_idle_worker(
+    make_app: Callable[..., Litestar], feed: TaskFeed, store: TaskApplication, clock: FakeClock
+) -> None:
+    """ADR 0055: the first frame of a handed-over task shows its lease (WORKING); a queued one's does not."""
+    echo = make_registry().newest("echo")
+    worker = Worker(
+        store=store,
+        registry=SkillRegistry([echo]),  # not ``research``: a task of it stays queued, its stream open
+        clock=clock,
+        config=WorkerConfig(
+            worker_id="w1", lease_seconds=30, concurrency=4, grace_seconds=1, poll_seconds=60
+        ),
+        policy=RunPolicy(max_pause=timedelta(days=1)),
+    )
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    try:
+        async with (
+            served(make_app(feed=feed, hand_off=worker)) as url,
+            httpx.AsyncClient(base_url=url, headers=A2A_HEADERS, timeout=10) as http,
+        ):
+            await _idle(worker, echo.version)
+            async with open_stream(http, "SendStreamingMessage", {"message": user_message()}) as alone:
+                lone = [results([await alone.next()])[0]]
+                while state_of(lone[-1]) != "TASK_STATE_COMPLETED":
+                    lone += results([await alone.next()])
+            assert state_of(lone[0]) == "TASK_STATE_WORKING"  # leased in the submission's commit
+
+            other = new_task(clock(), tenant="default", skill="research")
+            await asyncio.to_thread(store.save_tasks, other)
+            async with open_stream(http, "SubscribeToTask", {"id": str(other.id)}) as beside:
+                await beside.next()
+                await _idle(worker, echo.version)
+                async with open_stream(http, "SendStreamingMessage", {"message": user_message()}) as queued:
+                    seen = [results([await queued.next()])[0]]
+                    while state_of(seen[-1]) != "TASK_STATE_COMPLETED":
+                        seen += results([await queued.next()])
+            assert state_of(seen[0]) == "TASK_STATE_SUBMITTED"  # beside another stream: queued
+            assert "TASK_STATE_WORKING" in [state_of(response) for response in seen[1:]]  # then claimed
+    finally:
+        stop.set()
+        await running
+
+
+async def _idle(worker: Worker, version: int) -> None:
+    """Wait until ``worker`` runs and is idle (a slot it would hand to a lone stream, given back)."""
+    async with asyncio.timeout(10):
+        while (slot := worker.reserve_idle("echo", version)) is None:  # noqa: ASYNC110 - idleness has no event
+            await asyncio.sleep(0.02)
+    slot.release()

@@ -3,10 +3,11 @@
 On PostgreSQL and in memory: the lease is granted in the submission's commit and the reserved
 slot's runner runs the task with no claim; a resend grants nothing; reserved slots count as
 taken for claims; a worker that does not run, drains or lacks the skill version reserves nothing;
-only a blocking SendMessage hands over, starts the runner even when its caller is gone, and
-answers with what the runner committed (no wait on the log) unless the runner lost its lease.
-With every slot taken a submission waits for the next freed one, unless a queued task waits
-(ADR 0054).
+a blocking SendMessage hands over, starts the runner even when its caller is gone, and answers
+with what the runner committed (no wait on the log) unless the runner lost its lease; a
+returnImmediately send is queued. With every slot taken a submission waits for the next freed
+one, unless a queued task waits (ADR 0054). A stream's send hands over to an idle worker only
+(ADR 0055).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from api.service import A2AService
 from api.waiting import PollingWaiter
 from api.wire import SendMessageRequest
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
+from domain.states import TaskState
 from domain.task import Task
 from projections.task_wire import task_to_wire
 from store.application import TaskApplication
@@ -235,7 +237,7 @@ async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_sk
     assert process.reserve("done", 1) is None  # stopped
 
 
-async def test_only_a_blocking_send_hands_over_and_a_gone_caller_still_gets_it_run(
+async def test_return_immediately_is_queued_and_a_gone_blocking_caller_still_gets_it_run(
     store: TaskApplication, registry: SkillRegistry, worker: Worker, release: asyncio.Event
 ) -> None:
     service = A2AService(
@@ -412,3 +414,65 @@ async def test_a_blocking_send_past_the_free_slots_is_still_handed_over(
         history: list[Any] = list(store.history(UUID(answer["task"]["id"])))
         assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
         assert history[1].timestamp == history[0].timestamp  # granted in the submission's commit
+
+
+async def _reserve_idle(process: Worker) -> Reservation:
+    """A slot of ``process`` once it runs and is idle (its first claim round read the queue)."""
+    for _ in range(500):
+        slot = process.reserve_idle("done", 1)
+        if slot is not None:
+            return slot
+        await asyncio.sleep(0.02)
+    raise AssertionError("the worker never became idle")
+
+
+async def test_only_an_idle_worker_gives_a_slot_to_a_stream(
+    store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
+) -> None:
+    async with _running(_worker(store, registry, concurrency=2)) as process:
+        (await _reserve_idle(process)).release()
+        held = await _reserve(process)
+        assert process.reserve_idle("done", 1) is None  # a slot reserved: not idle
+        held.release()
+        waiting = asyncio.ensure_future(process.reserve_within("done", 1, 10))
+        given = await asyncio.wait_for(waiting, 1)
+        assert given is not None
+        given.release()
+        store.save_tasks(new_task(_clock(), skill="held"))  # another's append: the queue may hold it
+        await _wait_for(lambda: len(process.runners) == 1)  # claimed, and held by ``release``
+        assert process.reserve_idle("done", 1) is None  # a runner runs: not idle
+        assert process.reserve("done", 1) is not None  # though a slot is free
+        release.set()
+
+
+async def test_a_streams_task_goes_to_an_idle_worker_and_to_the_queue_of_a_busy_one(
+    store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
+) -> None:
+    async with _running(_worker(store, registry, concurrency=2)) as process:
+        service = A2AService(
+            store=store,
+            registry=registry,
+            clock=_clock,
+            default_skill="held",
+            waiter=PollingWaiter(store),
+            hand_off=process,
+        )
+        (await _reserve_idle(process)).release()
+        request = SendMessageRequest.model_validate({"message": _message()})
+        first = await service.accept_message(request, hand_off=True)  # as the only stream's
+        assert first.state == TaskState.WORKING  # its lease is in the answer's commit
+        assert first.id in process.runners
+        history: list[Any] = list(store.history(first.id))
+        assert [type(e).__name__ for e in history[:2]] == ["Submitted", "LeaseGranted"]
+        assert history[1].timestamp == history[0].timestamp  # granted in the submission's commit
+
+        second = await service.accept_message(
+            SendMessageRequest.model_validate({"message": _message()}), hand_off=True
+        )
+        assert second.state == TaskState.SUBMITTED  # the worker runs ``first``: queued
+        await _wait_for(lambda: len(process.runners) == 2)  # claimed from the queue afterwards
+        queued: list[Any] = list(store.history(second.id))
+        assert [type(e).__name__ for e in queued[:2]] == ["Submitted", "LeaseGranted"]
+        assert queued[1].timestamp > queued[0].timestamp
+        release.set()
+        await _wait_for(lambda: not process.runners)
