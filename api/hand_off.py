@@ -66,7 +66,8 @@ class HandOff(Protocol):
     def reserve_idle(self, skill: str, version: int) -> Slot | None:
         """A slot for a task of ``skill`` v``version`` if the worker is idle now, or None.
 
-        For a send that does not wait: its task is queued unless nothing else runs or waits.
+        For the task of a gateway's only stream (ADR 0055): queued unless nothing else runs,
+        holds a slot or waits in the run queue.
         """
         ...
 

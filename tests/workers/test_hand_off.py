@@ -22,7 +22,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from api.service import A2AService
-from api.waiting import PollingWaiter
+from api.waiting import PollingWaiter, TaskWaiter
 from api.wire import SendMessageRequest
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.states import TaskState
@@ -44,6 +44,20 @@ def _clock() -> datetime:
 
 def _message(text: str = "go") -> dict[str, object]:
     return {"messageId": uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def _service(
+    store: TaskApplication, registry: SkillRegistry, process: Worker, default_skill: str, waiter: TaskWaiter
+) -> A2AService:
+    """The gateway's service over ``store``, handing tasks to ``process``."""
+    return A2AService(
+        store=store,
+        registry=registry,
+        clock=_clock,
+        default_skill=default_skill,
+        waiter=waiter,
+        hand_off=process,
+    )
 
 
 async def _wait_for(check: Callable[[], bool], seconds: float = 10) -> None:
@@ -240,14 +254,7 @@ async def test_nothing_is_reserved_by_a_worker_that_does_not_run_or_lacks_the_sk
 async def test_return_immediately_is_queued_and_a_gone_blocking_caller_still_gets_it_run(
     store: TaskApplication, registry: SkillRegistry, worker: Worker, release: asyncio.Event
 ) -> None:
-    service = A2AService(
-        store=store,
-        registry=registry,
-        clock=_clock,
-        default_skill="held",
-        waiter=PollingWaiter(store),
-        hand_off=worker,
-    )
+    service = _service(store, registry, worker, "held", PollingWaiter(store))
     request = SendMessageRequest.model_validate(
         {"message": _message(), "configuration": {"returnImmediately": True}}
     )
@@ -283,9 +290,7 @@ class _NoWake:
 async def test_a_blocking_send_answers_with_what_the_runner_committed(
     store: TaskApplication, registry: SkillRegistry, worker: Worker
 ) -> None:
-    service = A2AService(
-        store=store, registry=registry, clock=_clock, default_skill="done", waiter=_NoWake(), hand_off=worker
-    )
+    service = _service(store, registry, worker, "done", _NoWake())
     answer = await service.send_message(SendMessageRequest.model_validate({"message": _message()}))
 
     wire = answer["task"]
@@ -297,14 +302,7 @@ async def test_a_blocking_send_answers_with_what_the_runner_committed(
 async def test_a_runner_that_loses_its_lease_leaves_the_answer_to_the_log(
     store: TaskApplication, registry: SkillRegistry, worker: Worker
 ) -> None:
-    service = A2AService(
-        store=store,
-        registry=registry,
-        clock=_clock,
-        default_skill="held",
-        waiter=PollingWaiter(store),
-        hand_off=worker,
-    )
+    service = _service(store, registry, worker, "held", PollingWaiter(store))
     sending = asyncio.ensure_future(
         service.send_message(SendMessageRequest.model_validate({"message": _message()}))
     )
@@ -394,14 +392,7 @@ async def test_a_blocking_send_past_the_free_slots_is_still_handed_over(
     store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
 ) -> None:
     async with _running(_worker(store, registry, concurrency=1)) as process:
-        service = A2AService(
-            store=store,
-            registry=registry,
-            clock=_clock,
-            default_skill="done",
-            waiter=_NoWake(),
-            hand_off=process,
-        )
+        service = _service(store, registry, process, "done", _NoWake())
         held = await _reserve(process)
         sending = asyncio.ensure_future(
             service.send_message(SendMessageRequest.model_validate({"message": _message()}))
@@ -449,14 +440,7 @@ async def test_a_streams_task_goes_to_an_idle_worker_and_to_the_queue_of_a_busy_
     store: TaskApplication, registry: SkillRegistry, release: asyncio.Event
 ) -> None:
     async with _running(_worker(store, registry, concurrency=2)) as process:
-        service = A2AService(
-            store=store,
-            registry=registry,
-            clock=_clock,
-            default_skill="held",
-            waiter=PollingWaiter(store),
-            hand_off=process,
-        )
+        service = _service(store, registry, process, "held", PollingWaiter(store))
         (await _reserve_idle(process)).release()
         request = SendMessageRequest.model_validate({"message": _message()})
         first = await service.accept_message(request, hand_off=True)  # as the only stream's
