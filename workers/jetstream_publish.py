@@ -1,5 +1,10 @@
 """JetStream publishes in flight at once, each acknowledgement a future of its own.
 
+A publish sent without a reply subject (``send``) is stored by JetStream all the same; only its
+acknowledgement is not sent. The relay sends a batch that way but for its last message: each
+message expects its predecessor's stream sequence, so the last one is stored only if every one
+before it was, and its acknowledgement answers for the whole batch (ADR 0056).
+
 nats-py's ``publish_async`` would do, but its reply handler raises a refused publish's error
 inside the subscription callback (``APIError.from_error`` raises instead of returning), so the
 future never learns it and the caller waits for a timeout. ``Pipelined`` keeps one inbox
@@ -61,6 +66,14 @@ class Pipelined:
             acked.cancel()
             raise
         return acked
+
+    async def send(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
+        """Send one publish with no acknowledgement asked for (in call order on the connection).
+
+        Only for a message that a later acknowledged publish answers for: JetStream says nothing
+        of this one, stored or refused.
+        """
+        await self._client.publish(subject, payload, headers=headers)
 
     async def _reply(self, msg: Any) -> None:
         acked = self._waiting.pop(msg.subject.rsplit(".", 1)[-1], None)

@@ -9,14 +9,17 @@ JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay tha
 publishing and before saving its position republishes duplicates that JetStream drops. Only one
 relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
 
-A batch's publishes are pipelined (``workers.jetstream_publish``, up to ``PIPELINE`` in flight,
-all acknowledged before the position is saved), each carrying ``Nats-Expected-Last-Sequence``:
-the stream sequence its predecessor gets. The stream stores a message only right after the one
-before it, so a publish that fails takes every later one in flight down with it; the relay then
-starts over from its saved position. After a start, the relay publishes one at a time (no
-expectation) until JetStream stores one that is not a duplicate: what a relay stored before it
-stopped is a prefix of what it publishes again, and JetStream checks the expected sequence
-before it looks for duplicates. The stream so holds the log's order whatever fails (ADR 0021).
+A batch's publishes are pipelined (``workers.jetstream_publish``), each carrying
+``Nats-Expected-Last-Sequence``: the stream sequence its predecessor gets. The stream stores a
+message only right after the one before it, so a publish that fails takes every later one in
+flight down with it; the relay then starts over from its saved position. So only the batch's
+last message asks for an acknowledgement: stored, it answers for the whole batch before the
+position is saved (ADR 0056).
+
+After a start, the relay publishes one at a time (no expectation) until JetStream stores one
+that is not a duplicate: what a relay stored before it stopped is a prefix of what it publishes
+again, and JetStream checks the expected sequence before it looks for duplicates. The stream so
+holds the log's order whatever fails (ADR 0021).
 
 The relay needs a store on PostgreSQL (its position table, created by the schema migrations,
 and its leadership lock live there): over an in-memory store it refuses to start.
@@ -224,12 +227,14 @@ class Relay:
 
         Until JetStream has stored a message of this connection that was no duplicate, each
         publish goes alone and is awaited (``js``); from then on each expects the stream's last
-        sequence to be its predecessor's (``pipeline``), so none is stored out of order. Any
-        failure raises, and the relay starts over.
+        sequence to be its predecessor's (``pipeline``), so none is stored out of order, and only
+        the last asks for an acknowledgement. Any failure raises, and the relay starts over.
         """
         tenants = await self._tenants_of(batch)
-        acks: list[asyncio.Future[PubAck]] = []
-        for event, tracking in batch:
+        last = len(batch) - 1
+        pipelined = 0
+        acked: asyncio.Future[PubAck] | None = None
+        for index, (event, tracking) in enumerate(batch):
             position = tracking.notification_id
             tenant = tenants.get(UUID(str(event.originator_id)), "default")
             headers = {
@@ -240,7 +245,7 @@ class Relay:
                 "Longhaul-Type": type(event).__name__,
             }
             if self._last_seq is not None:
-                headers[EXPECTED_LAST_SEQUENCE] = str(self._last_seq + len(acks))
+                headers[EXPECTED_LAST_SEQUENCE] = str(self._last_seq + pipelined)
             payload = self._payload(position, tenant, event, headers)
             subject = self.names.subject(tenant, event.originator_id, type(event).__name__)
             if self._last_seq is None:
@@ -248,16 +253,19 @@ class Relay:
                 if not ack.duplicate:
                     self._last_seq = ack.seq
                 continue
-            acks.append(await pipeline.publish(subject, payload, headers))
-        if acks:
+            pipelined += 1
+            if index < last:  # the last one's acknowledgement answers for this one
+                await pipeline.send(subject, payload, headers)
+            else:
+                acked = await pipeline.publish(subject, payload, headers)
+        if acked is not None:
             try:
-                done = await asyncio.wait_for(asyncio.gather(*acks), PUBLISH_TIMEOUT_S)
+                done = await asyncio.wait_for(acked, PUBLISH_TIMEOUT_S)
             except BaseException:
                 self._last_seq = None
-                for ack in acks:
-                    ack.cancel()
+                acked.cancel()
                 raise
-            self._last_seq = done[-1].seq
+            self._last_seq = done.seq
         position = batch[-1][1].notification_id
         await conn.execute(self._save_position, (self.names.stream, position), prepare=True)
         self.published += len(batch)
