@@ -120,6 +120,15 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             .format(schema, Identifier(self.events_table_name))
             .as_string()
         )
+        self._notifications_after = (
+            SQL(
+                "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{}"
+                " WHERE notification_id > %s ORDER BY notification_id LIMIT %s"
+            )
+            .format(schema, Identifier(self.events_table_name))
+            .as_string()
+        )
+        """The log after a position, as every follower reads it (``select_notifications``)."""
         self._rendered: dict[str, str] = {}
         """The run-queue reads' texts (``_query``), each rendered on its first use."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
@@ -297,6 +306,42 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         return links
 
     # ------------------------------------------------------------------ queries
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """The library's read of the log, its followers' form in a statement rendered once.
+
+        Every commit costs each process's shared log one read from a position (ADR 0051), for
+        which the library composes and renders its statement anew each time. Reads with a
+        ``stop`` or ``topics`` go to the library as they are.
+        """
+        if start is None or stop is not None or topics:
+            found: Sequence[Notification] = super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            )
+        else:
+            found = self._notifications_from(start - 1 if inclusive_of_start else start, limit)
+        return found
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _notifications_from(self, after: int, limit: int) -> list[Notification]:
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in read_statement(self.datastore, self._notifications_after, (after, limit))
+        ]
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[DictRow]:
         """One read of the run queue (``read_statement``: one round trip), its text rendered once."""

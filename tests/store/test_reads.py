@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from eventsourcing.postgres import PostgresApplicationRecorder
 
 from store.application import TaskApplication
 from store.config import StoreConfig
@@ -50,6 +51,10 @@ READS: dict[str, tuple[Callable[[TaskApplication, Any], object], str]] = {
     "next_lease_end": (lambda s, t: s.run_queue.next_lease_end([("echo", 1)]), "min(lease_until)"),
     "get_many": (lambda s, t: s.get_many([t.id]), "originator_version > s.after"),
     "task_notifications": (lambda s, t: _recorder(s).task_notifications(t.id, after=0), "LIMIT"),
+    "select_notifications": (
+        lambda s, t: _recorder(s).select_notifications(1, 10),
+        "WHERE notification_id > $1 ORDER BY notification_id",
+    ),
 }
 
 
@@ -62,6 +67,33 @@ def test_a_read_keeps_the_statements_it_prepared(one_connection: TaskApplication
     for _ in range(6):  # psycopg prepares a statement on its 5th execution, or at once with prepare=True
         read(one_connection, task)
     assert any(text in statement for statement in _prepared(one_connection)), _prepared(one_connection)
+
+
+def test_the_followers_read_of_the_log_gives_what_the_librarys_gives(store: TaskApplication) -> None:
+    """``select_notifications`` from a position runs a statement rendered once; every form of the
+    call answers as the library's own implementation does."""
+    for _ in range(3):
+        task = new_task(NOW)
+        task.grant_lease(worker="w", now=NOW, until=NOW + timedelta(minutes=5))
+        store.save_tasks(task)
+    recorder = _recorder(store)
+    library = PostgresApplicationRecorder.select_notifications
+    calls: list[tuple[int | None, int, dict[str, Any]]] = [
+        (start, limit, {"inclusive_of_start": inclusive})
+        for start in (0, 1, 3, 6, 7)
+        for limit in (1, 2, 10)
+        for inclusive in (True, False)
+    ]
+    calls += [
+        (None, 4, {}),
+        (2, 10, {"stop": 4}),
+        (1, 10, {"topics": [recorder.select_notifications(1, 1)[0].topic]}),
+    ]
+    for start, limit, options in calls:
+        ours = recorder.select_notifications(start, limit, **options)
+        assert ours == library(recorder, start, limit, **options), (start, limit, options)
+    assert [n.id for n in recorder.select_notifications(3, 2, inclusive_of_start=False)] == [4, 5]
+    assert [n.id for n in recorder.select_notifications(3, 2)] == [3, 4]
 
 
 def test_a_read_transaction_sees_one_snapshot_and_writes_nothing(store: TaskApplication) -> None:
@@ -84,6 +116,7 @@ ONE_STATEMENT: dict[str, Callable[[TaskApplication, Any], object]] = {
     "claimable": READS["claimable"][0],
     "next_lease_end": READS["next_lease_end"][0],
     "task_notifications": READS["task_notifications"][0],
+    "select_notifications": READS["select_notifications"][0],
     "task key": lambda s, t: _recorder(s).task_keys.get(t.id),
 }
 
