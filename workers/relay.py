@@ -64,7 +64,7 @@ NATS_CONNECT_S = 10.0
 KNOWN_TENANTS = 100_000
 """Tasks whose tenant the relay remembers (a task's tenant never changes; forgotten ones are read)."""
 PIPELINE = 256
-"""Publishes in flight at once (a batch of the log is at most ``log_follower.BATCH``)."""
+"""Acknowledged publishes in flight at once (``Pipelined``'s bound; the relay awaits one per batch)."""
 PUBLISH_TIMEOUT_S = 5.0
 """How long a batch's acknowledgements may take (nats-py's own timeout) before the relay starts over."""
 EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
