@@ -332,16 +332,8 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def _notifications_from(self, after: int, limit: int) -> list[Notification]:
-        return [
-            Notification(
-                id=row["notification_id"],
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in read_statement(self.datastore, self._notifications_after, (after, limit))
-        ]
+        rows = read_statement(self.datastore, self._notifications_after, (after, limit))
+        return [_notification(row) for row in rows]
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[DictRow]:
         """One read of the run queue (``read_statement``: one round trip), its text rendered once."""
@@ -493,16 +485,7 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
             self._task_notifications,
             (task_id, after, up_to if up_to is not None else 2**62, limit),
         )
-        return [
-            Notification(
-                id=row["notification_id"],
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        return [_notification(row) for row in rows]
 
     # ------------------------------------------------------------------ archive and purge
 
@@ -723,6 +706,17 @@ async def select_events_at(
     return {
         (row["originator_id"], row["originator_version"]): _stored(row) for row in await cursor.fetchall()
     }
+
+
+def _notification(row: Any) -> Notification:
+    """A row of the events table as the library's ``Notification`` (its position and stored event)."""
+    return Notification(
+        id=row["notification_id"],
+        originator_id=row["originator_id"],
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=bytes(row["state"]),
+    )
 
 
 def _stored(row: Any) -> StoredEvent:
