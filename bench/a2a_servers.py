@@ -29,13 +29,15 @@ def servers(
     worker_concurrency: int,
     baseline_tree: Path | None = None,
     settings: dict[str, dict[str, str]] | None = None,
+    up_module: str = "longhaul.cli",
 ) -> Iterator[dict[str, tuple[str, int]]]:
     """Start the servers named; yields each one's base URL and process id; stops them and drops
     their schemas.
 
     ``longhaul-base`` is ``longhaul up`` run from ``baseline_tree`` (another checkout), for an
     interleaved A/B of two longhaul versions in the same run. ``settings`` are extra
-    ``LONGHAUL_*`` variables by server name (``longhaul``, ``longhaul-base``).
+    ``LONGHAUL_*`` variables by server name (``longhaul``, ``longhaul-base``). ``up_module`` is
+    the module run as ``python -m <it> up`` for both (``bench.traced_up``: ``up`` with hop marks).
     """
     with ExitStack() as stack:
         urls: dict[str, tuple[str, int]] = {}
@@ -52,7 +54,7 @@ def servers(
                 env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
                 env["LONGHAUL_DATA_DIR"] = str(folder / name)
                 env |= (settings or {}).get(name, {})
-                module = ["longhaul.cli", "up"]
+                module = [up_module, "up"]
             else:
                 store = name.removeprefix("sdk-")
                 module = ["bench.a2a_sdk_server", "--port", str(port), "--store", store]

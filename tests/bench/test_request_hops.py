@@ -1,0 +1,65 @@
+"""A request's hops from ``bench.traced_up``'s marks (``bench.request_hops.hop_table``), hand-made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.request_hops import Mark, hop_table, read_marks
+
+
+def _call(start: float, *spans: tuple[str, float], thread: str = "MainThread") -> list[Mark]:
+    """``send+``, then each ``(name, ms after the previous mark)``."""
+    marks = [(start, "send+", thread)]
+    at = start
+    for name, ms in spans:
+        at += ms / 1000
+        marks.append((at, name, thread))
+    return marks
+
+
+def test_each_hop_is_the_time_from_one_mark_to_the_next_over_the_calls_of_the_common_way() -> None:
+    marks: list[Mark] = []
+    for i, commit_ms in enumerate([1.0, 2.0, 4.0]):
+        marks += _call(i * 1.0, ("commit+", 0.5), ("commit-", commit_ms), ("send-", 0.25))
+    marks += _call(5.0, ("commit+", 9.0), ("send-", 9.0))  # another way: left out of the hops
+    table = hop_table(list(reversed(marks)))  # read in any order: sorted by time
+
+    assert table["calls"] == 4
+    assert table["typical"] == 3
+    assert [(h["from"], h["to"]) for h in table["hops"]] == [
+        ("send+", "commit+"),
+        ("commit+", "commit-"),
+        ("commit-", "send-"),
+    ]
+    assert table["hops"][1]["p50_ms"] == 2.0
+    assert round(table["hops"][1]["mean_ms"], 4) == round(7 / 3, 4)
+    assert table["total_p50_ms"] == 2.75
+    assert table["between_p50_ms"] == round(1000 - 1.75, 4)  # a call's end to the next one's start
+
+
+def test_marks_outside_a_call_and_an_unfinished_call_are_not_counted() -> None:
+    marks = [(0.0, "commit+", "w"), (0.1, "commit-", "w")]  # before any call
+    marks += _call(1.0, ("submit+", 1.0), ("submit-", 1.0), ("send-", 1.0))
+    marks += [(2.0, "send+", "MainThread"), (2.1, "submit+", "w")]  # stopped before its end
+    table = hop_table(marks)
+
+    assert (table["calls"], table["typical"]) == (1, 1)
+    assert [h["p50_ms"] for h in table["hops"]] == [1.0, 1.0, 1.0]
+    assert table["between_p50_ms"] is None
+
+
+def test_no_call_gives_an_empty_table() -> None:
+    assert hop_table([(0.0, "commit+", "w")]) == {
+        "calls": 0,
+        "typical": 0,
+        "hops": [],
+        "total_p50_ms": None,
+        "between_p50_ms": None,
+    }
+
+
+def test_marks_are_read_as_traced_up_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "hops.txt"
+    path.write_text("12.5000000 send+ MainThread\n12.5010000 submit+ asyncio_0 worker thread\n")
+
+    assert read_marks(path) == [(12.5, "send+", "MainThread"), (12.501, "submit+", "asyncio_0 worker thread")]
