@@ -31,7 +31,10 @@ Explain = Callable[[Mapping[str, Any]], tuple[str, ...]]
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 SDK = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store"}
-REQUEST_PROFILE = 'docs/benchmarks.md §11 "The request path, hop by hop"'
+REQUEST_PROFILE = (
+    'docs/benchmarks.md §11 "The request path, hop by hop" and "Session 29: one client\'s blocking send,'
+    ' hop by hop" (`bench.request_hops` measures it again)'
+)
 STREAM_PROFILE = 'docs/benchmarks.md §11 "The stream path, hop by hop"'
 
 ONE_CORE = 0.7
