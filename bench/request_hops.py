@@ -14,12 +14,15 @@ called ``--statements`` times in a loop in this process, on a fresh schema of th
 PostgreSQL, with nothing else running in the process: what the commit and its statement cost
 alone. ``--what-if no-followers`` adds a second traced ``up`` without the log's followers
 (``bench.traced_up``; ``no-relay``, ``no-projector``, ``no-dispatcher``, ``no-sequencer``:
-without that one), its rounds interleaved with the first's.
+without that one), its rounds interleaved with the first's. ``--baseline-tree DIR`` runs that
+second ``up`` from another checkout instead (with a ``--what-if``: that checkout without them),
+for an A/B of two versions hop by hop.
 
 One client only: with more, the requests' marks interleave and a hop is no longer one request's.
 
     uv run python -m bench.request_hops [--quick] [--mode blocking|immediately] [--rounds 3 --seconds 8]
         [--statements 400] [--what-if no-followers|no-relay|no-projector|no-dispatcher|no-sequencer]
+        [--baseline-tree /path/to/another/checkout]
 """
 
 from __future__ import annotations
@@ -149,6 +152,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a second traced up without the log's followers, or without one of them (bench.traced_up)",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="the second traced up from this checkout (an A/B of two versions; it needs bench.traced_up)",
+    )
     parser.add_argument("--worker-concurrency", type=int, default=4)
     args = parser.parse_args(argv)
     if args.quick:
@@ -158,15 +167,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-request-hops-"))
-    names = ["longhaul"] + (["longhaul-base"] if args.what_if else [])
-    label = {"longhaul": "up", "longhaul-base": f"up, {args.what_if}"}
+    names = ["longhaul"] + (["longhaul-base"] if args.what_if or args.baseline_tree else [])
+    other = f"up at {args.baseline_tree}" if args.baseline_tree else "up"
+    label = {"longhaul": "up", "longhaul-base": f"{other}, {args.what_if}" if args.what_if else other}
     env = {name: {"BENCH_HOPS_FILE": str(folder / f"{name}.hops")} for name in names}
     if args.what_if:
         env["longhaul-base"]["BENCH_WHATIF"] = args.what_if
     info = machine_info(args.database_url)
     per_s: dict[str, list[float]] = {name: [] for name in names}
     with servers(
-        names, args.database_url, folder, args.worker_concurrency, None, env, up_module="bench.traced_up"
+        names,
+        args.database_url,
+        folder,
+        args.worker_concurrency,
+        args.baseline_tree,
+        env,
+        up_module="bench.traced_up",
     ) as urls:
         for number in range(args.rounds):
             for name, (url, _pid) in round_order(urls, number):
@@ -187,6 +203,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "machine": info,
         "mode": args.mode,
+        "baseline_tree": None if args.baseline_tree is None else str(args.baseline_tree),
+        "what_if": args.what_if,
         "rounds": args.rounds,
         "seconds_per_round": args.seconds,
         "req_per_s": {label[name]: values for name, values in per_s.items()},
