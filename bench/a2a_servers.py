@@ -37,8 +37,8 @@ def servers(
     ``longhaul-base`` is ``longhaul up`` run from ``baseline_tree`` (another checkout), for an
     interleaved A/B of two longhaul versions in the same run. ``settings`` are extra environment
     variables by server name (``longhaul``, ``longhaul-base``): ``LONGHAUL_*`` settings, or a
-    traced ``up``'s ``BENCH_*`` ones. ``up_module`` is
-    the module run as ``python -m <it> up`` for both (``bench.traced_up``: ``up`` with hop marks).
+    traced ``up``'s ``BENCH_*`` ones. ``up_module`` is the module both run as ``python -m <it>
+    up`` (``bench.traced_up``: ``up`` with hop marks).
     """
     with ExitStack() as stack:
         urls: dict[str, tuple[str, int]] = {}
