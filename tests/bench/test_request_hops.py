@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from bench.request_hops import Mark, hop_table, read_marks
+from bench.traced_up import FOLLOWERS, _without
 
 
 def _call(start: float, *spans: tuple[str, float], thread: str = "MainThread") -> list[Mark]:
@@ -63,3 +69,30 @@ def test_marks_are_read_as_traced_up_writes_them(tmp_path: Path) -> None:
     path.write_text("12.5000000 send+ MainThread\n12.5010000 submit+ asyncio_0 worker thread\n")
 
     assert read_marks(path) == [(12.5, "send+", "MainThread"), (12.501, "submit+", "asyncio_0 worker thread")]
+
+
+def test_a_what_if_leaves_out_the_followers_it_names_and_closes_them() -> None:
+    started: list[str] = []
+
+    async def part(name: str) -> None:
+        started.append(name)
+
+    made: list[Coroutine[Any, Any, None]] = []
+
+    def log_followers() -> list[Coroutine[Any, Any, None]]:
+        made[:] = [part(name) for name in FOLLOWERS]
+        return list(made)
+
+    kept = _without(log_followers, {"no-relay", "no-sequencer"})()
+    assert [made.index(coroutine) for coroutine in kept] == [1, 2]  # the projector, the dispatcher
+    states = [inspect.getcoroutinestate(coroutine) for coroutine in made]
+    assert states == ["CORO_CLOSED", "CORO_CREATED", "CORO_CREATED", "CORO_CLOSED"]
+    for coroutine in kept:
+        coroutine.close()
+    assert _without(log_followers, {"no-followers"})() == []
+    assert started == []
+
+
+def test_a_what_if_refuses_a_list_of_other_parts() -> None:
+    with pytest.raises(AssertionError, match="changed its parts"):
+        _without(list, {"no-relay"})()
