@@ -31,18 +31,16 @@ import argparse
 import asyncio
 import collections
 import logging
-import os
 import statistics
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.a2a_load import run_round
+from bench.a2a_load import body, run_round
 from bench.a2a_servers import round_order, servers
 from bench.common import base_parser, fresh_schema, machine_info, table, write_results
-from bench.processes import worker_env
+from bench.processes import SKILL_MODULES
 
 Mark = tuple[float, str, str]
 """``(perf_counter seconds, name, thread)``, as ``bench.traced_up`` writes them."""
@@ -106,17 +104,7 @@ def statement_alone(database_url: str, calls: int) -> dict[str, Any]:
     from longhaul.settings import Settings
 
     with fresh_schema(database_url, "hops") as schema:
-        env = worker_env(database_url, schema, concurrency=4, lease_seconds=30)
-        saved = {k: os.environ.get(k) for k in env if k.startswith("LONGHAUL_")}
-        os.environ.update({k: v for k, v in env.items() if k.startswith("LONGHAUL_")})
-        try:
-            settings = Settings()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        settings = Settings(database_url=database_url, database_schema=schema, skill_modules=SKILL_MODULES)
         store = wiring.build_store(settings, pool_size=2)
         try:
             skill = wiring.build_registry(settings).get("echo", 1)
@@ -124,12 +112,7 @@ def statement_alone(database_url: str, calls: int) -> dict[str, Any]:
             traced_up.install()
             logging.disable(logging.INFO)  # the lifecycle lines, as up writes them to its log file
             for _ in range(calls):
-                message = {
-                    "messageId": str(uuid.uuid4()),
-                    "role": "ROLE_USER",
-                    "parts": [{"text": "ping"}],
-                    "metadata": {"skill": "echo"},
-                }
+                message = body("SendMessage")["params"]["message"]  # the load client's own message
                 store.submit_leased(
                     tenant="default", message=message, skill=skill, clock=clock, worker="w", lease_seconds=30
                 )
