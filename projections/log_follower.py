@@ -20,7 +20,9 @@ consumer's side (``next_notifications`` hands them over undecoded, for a consume
 their position, task and version: the sequencer), and the hand-over is one lock per batch (the
 reader wakes a waiting consumer with ``call_soon_threadsafe`` on its loop, no thread in between):
 a reading thread busy beside the event loop would make the loop wait for the GIL on every NATS
-acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The buffer is bounded: a
+acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The reading thread waits on
+a condition of its own (over the same lock), woken only when it is let go, stops or waits for
+room: an arrival wakes the consumer alone (ADR 0057). The buffer is bounded: a
 consumer that falls ``buffer`` events behind is let go by the shared log and reads its way back
 with its own selects once it has made room, instead of filling memory or holding the others back.
 A consumer that needs no event at once asks to gather (``next_notifications`` for the sequencer,
@@ -73,7 +75,15 @@ class LogFollower:
         self._limit = limit
         self._buffer = buffer
         self._log = shared_log
-        self._ready = threading.Condition()
+        lock = threading.Lock()
+        self._ready = threading.Condition(lock)
+        """Notified for a consumer in a thread (``take``): the first events, a full batch, the end."""
+        self._changed = threading.Condition(lock)
+        """Notified for the reading thread (same lock): let go, the end, the stop, and room in the
+        buffer while it waits for room. Not ``_ready``: each arrival would wake the reading thread
+        for nothing, a thread switch and a GIL hand-over per event for every follower."""
+        self._awaiting_room = False
+        """Whether the reading thread waits for the consumer to make room (``_take`` wakes it then)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._arrived: asyncio.Event | None = None
         """Set (on the consumer's loop) when the first event arrives in an empty buffer, or the end."""
@@ -110,6 +120,7 @@ class LogFollower:
         with self._ready:
             self._stopping = True
             self._ready.notify_all()
+            self._changed.notify_all()
         if self._thread is not None:
             self._thread.join()
 
@@ -195,7 +206,8 @@ class LogFollower:
             if not self._items:
                 return [] if self._ended is not None else None
             taken, self._items = self._items[:most], self._items[most:]
-            self._ready.notify_all()  # the reader may be waiting for room
+            if self._awaiting_room:
+                self._changed.notify_all()
             return taken
 
     async def _wait(self, wait_s: float, stop: asyncio.Event | None, most: int) -> list[Notification]:
@@ -253,9 +265,8 @@ class LogFollower:
                 self._append([n for n in self._early if n.id > self._position])
                 self._live, self._early = True, []
             while not (self._let_go or self._stopping or self._ended is not None):
-                self._ready.wait()
-            while len(self._items) >= self._buffer and not self._stopping:
-                self._ready.wait(_WAIT_S)  # room first, or it would be let go again at once
+                self._changed.wait()
+            self._wait_for_room()  # room first, or it would be let go again at once
             if self._stopping or self._ended is not None:
                 return False
             self._live, self._early, self._let_go = False, [], False
@@ -269,13 +280,21 @@ class LogFollower:
                 start=self._position, limit=self._limit, stop=mark, inclusive_of_start=False
             )
             with self._ready:
-                while len(self._items) >= self._buffer and not self._stopping:
-                    self._ready.wait(_WAIT_S)
+                self._wait_for_room()
                 if self._stopping:
                     return
                 self._append(page)
                 if len(page) < self._limit:  # nothing more up to ``mark`` (a gap at most)
                     self._position = mark
+
+    def _wait_for_room(self) -> None:
+        """Wait (holding the lock) until the buffer has room or the follower stops."""
+        self._awaiting_room = True
+        try:
+            while len(self._items) >= self._buffer and not self._stopping:
+                self._changed.wait(_WAIT_S)
+        finally:
+            self._awaiting_room = False
 
     def _append(self, notifications: Sequence[Notification]) -> None:
         """Put ``notifications`` (after ``_position``, in log order) in the buffer; wake the consumer."""
@@ -298,13 +317,13 @@ class LogFollower:
             if not self._live:
                 if len(self._early) >= self._buffer:
                     self._let_go = True
-                    self._ready.notify_all()
+                    self._changed.notify_all()
                     return False
                 self._early.append(notification)
             elif notification.id > self._position:
                 if len(self._items) >= self._buffer:
                     self._let_go = True
-                    self._ready.notify_all()
+                    self._changed.notify_all()
                     return False
                 self._append([notification])
             return True
@@ -316,3 +335,4 @@ class LogFollower:
                 self._ended = error
             self._signal()
             self._ready.notify_all()
+            self._changed.notify_all()

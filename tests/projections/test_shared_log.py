@@ -12,6 +12,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -117,6 +118,36 @@ async def test_a_follower_that_stops_reading_is_let_go_and_reads_its_way_back(
         await asyncio.to_thread(_submit, store, 1)
         assert await _positions(idle, 21) == [21]
         assert await _positions(reading, 21) == [21]
+
+
+def _switches(thread: threading.Thread | None) -> int:
+    """How often ``thread`` gave up its core to wait (Linux: its voluntary context switches)."""
+    assert thread is not None
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("voluntary_ctxt_switches"))
+    )
+
+
+async def test_live_events_wake_the_consumer_and_not_the_followers_reading_thread(
+    postgres_store: TaskApplication,
+) -> None:
+    """Once it takes live events, a follower's reading thread sleeps until it is let go or stops.
+
+    Woken by every arrival and every take, it cost each follower a thread switch and a GIL
+    hand-over per event for nothing (docs/benchmarks.md §11, session 30).
+    """
+    store = postgres_store
+    shared = SharedLog(store.recorder)
+    with LogFollower(store, after=0, shared_log=shared) as follower:
+        await asyncio.to_thread(_submit, store, 1)
+        assert await _positions(follower, 1) == [1]
+        reading = follower._thread  # the thread whose sleep is the point
+        before = _switches(reading)
+        for position in range(2, 22):
+            await asyncio.to_thread(_submit, store, 1)
+            assert await _positions(follower, position) == [position]
+        assert _switches(reading) - before <= 2
 
 
 async def test_the_last_follower_to_go_stops_the_subscription_and_the_next_starts_one(
