@@ -32,8 +32,9 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 
 SDK = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store"}
 REQUEST_PROFILE = (
-    'docs/benchmarks.md §11 "The request path, hop by hop" and "Session 29: one client\'s blocking send,'
-    ' hop by hop" (`bench.request_hops` measures it again)'
+    'docs/benchmarks.md §11 "The request path, hop by hop", "Session 29: one client\'s blocking send,'
+    ' hop by hop" (`bench.request_hops` measures it again) and "Session 30" (each thread\'s wake-ups,'
+    " and the dispatcher's share)"
 )
 STREAM_PROFILE = 'docs/benchmarks.md §11 "The stream path, hop by hop"'
 
