@@ -79,11 +79,9 @@ class LogFollower:
         self._ready = threading.Condition(lock)
         """Notified for a consumer in a thread (``take``): the first events, a full batch, the end."""
         self._changed = threading.Condition(lock)
-        """Notified for the reading thread (same lock): let go, the end, the stop, and room in the
-        buffer while it waits for room. Not ``_ready``: each arrival would wake the reading thread
-        for nothing, a thread switch and a GIL hand-over per event for every follower."""
-        self._awaiting_room = False
-        """Whether the reading thread waits for the consumer to make room (``_take`` wakes it then)."""
+        """Notified for the reading thread (same lock): let go, the end, the stop, and a take from
+        a full buffer (room, if it waits for some). Not ``_ready``: each arrival would wake the
+        reading thread for nothing, a thread switch and a GIL hand-over per event for every follower."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._arrived: asyncio.Event | None = None
         """Set (on the consumer's loop) when the first event arrives in an empty buffer, or the end."""
@@ -205,8 +203,9 @@ class LogFollower:
         with self._ready:
             if not self._items:
                 return [] if self._ended is not None else None
+            full = len(self._items) >= self._buffer  # the reading thread may wait for room
             taken, self._items = self._items[:most], self._items[most:]
-            if self._awaiting_room:
+            if full:
                 self._changed.notify_all()
             return taken
 
@@ -288,13 +287,12 @@ class LogFollower:
                     self._position = mark
 
     def _wait_for_room(self) -> None:
-        """Wait (holding the lock) until the buffer has room or the follower stops."""
-        self._awaiting_room = True
-        try:
-            while len(self._items) >= self._buffer and not self._stopping:
-                self._changed.wait(_WAIT_S)
-        finally:
-            self._awaiting_room = False
+        """Wait (holding the lock) until the buffer has room or the follower stops.
+
+        A take from a full buffer wakes it (``_take``); no other take does.
+        """
+        while len(self._items) >= self._buffer and not self._stopping:
+            self._changed.wait(_WAIT_S)
 
     def _append(self, notifications: Sequence[Notification]) -> None:
         """Put ``notifications`` (after ``_position``, in log order) in the buffer; wake the consumer."""
