@@ -23,6 +23,7 @@ from store.retry import webhook_retry
 from tests.support.tasks import new_task
 from tests.support.webhooks import Receiver, finished_task
 from tests.webhooks.conftest import FAST, Run, eventually
+from workers import dispatcher as dispatcher_module
 from workers.dispatcher import Dispatcher
 from workers.relay import Relay
 from workers.webhook_signing import WebhookSigner
@@ -303,3 +304,23 @@ async def test_a_config_replaced_within_one_batch_signs_each_event_with_its_own_
         ("/hook-2", "tok-2", "Bearer s3cret-2"),
     ]
     assert [next(iter(r.json)) for r in received] == ["statusUpdate", "artifactUpdate", "statusUpdate"]
+
+
+async def test_the_intake_takes_bursts_until_a_task_with_push_configs_comes_and_again_after_a_quiet_spell(
+    store: TaskApplication, receiver: Receiver, dispatching: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    plain = new_task(now)
+    epoch = plain.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+    plain.complete(epoch=epoch, now=now, message=None)
+    store.save_tasks(plain)
+    async with dispatching() as dispatcher:
+        await asyncio.sleep(0.5)  # the plain task's events taken: nothing to deliver
+        assert dispatcher.linger_s() == dispatcher_module.LINGER_S
+        task = finished_task(store, receiver.url())
+        await eventually(lambda: len(receiver.answered()) >= 3, message="3 deliveries")
+        assert dispatcher.linger_s() == 0.0  # a task with push configs: each event as it arrives
+        monkeypatch.setattr(dispatcher_module, "QUIET_S", 0.0)
+        assert dispatcher.linger_s() == dispatcher_module.LINGER_S  # quiet for QUIET_S: bursts again
+    assert [r.json for r in receiver.answered()] == _expected_bodies(store, task.id)
+    assert _deliveries(store, plain.id) == []

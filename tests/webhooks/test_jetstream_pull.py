@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
+from tests.webhooks.conftest import eventually
 from workers.jetstream_pull import Pull
 
 DURABLE = "pull-test"
@@ -84,3 +86,87 @@ async def test_what_is_published_after_a_pull_request_expired_still_arrives(
     taken = await _take(pull, stop, 4)
     await publisher
     assert taken == [b"early", b"late0", b"late1", b"late2"]
+
+
+async def test_a_lingering_pull_hands_over_the_first_message_alone_and_what_follows_in_one_burst(
+    jetstream: tuple[Any, Any, str], nats_names: tuple[str, str]
+) -> None:
+    client, js, subject = jetstream
+    stop = asyncio.Event()
+    pull = Pull(client, nats_names[0], DURABLE, batch=64)
+    pull.linger_s = 1.0
+    batches: list[list[bytes]] = []
+    five = [f"m{n}".encode() for n in range(5)]
+    publishing: list[asyncio.Future[None]] = []
+
+    async def publish_five() -> None:
+        for data in five:
+            await js.publish(subject, data)
+            await asyncio.sleep(0.02)  # the reader could take each one on its own
+
+    async def follow() -> None:
+        async for messages in pull.batches(stop):
+            batches.append([message.data for message in messages])
+            for message in messages:
+                await message.ack()
+            if len(batches) == 1:  # the first came alone, at once: the next five come while it lingers
+                publishing.append(asyncio.ensure_future(publish_five()))
+            if sum(map(len, batches)) == 6:
+                stop.set()
+
+    follower = asyncio.ensure_future(follow())
+    await js.publish(subject, b"first")
+    await asyncio.wait_for(follower, 15.0)
+    await publishing[0]
+    assert batches[0] == [b"first"]
+    # The five were stored 20 ms apart; without the linger each would come in a batch of its own.
+    # Lingering, they come in one burst (two, if a read splits it).
+    assert [data for batch in batches[1:] for data in batch] == five
+    assert len(batches) <= 3, batches
+
+
+async def test_an_idle_lingering_pull_keeps_one_request_open_instead_of_asking_again_and_again(
+    jetstream: tuple[Any, Any, str], nats_names: tuple[str, str], nats_url: str
+) -> None:
+    client, js, subject = jetstream
+    watcher = await nats.connect(nats_url)
+    requests: list[dict[str, Any]] = []
+
+    async def seen(message: Any) -> None:
+        requests.append(json.loads(message.data))
+
+    await watcher.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{nats_names[0]}.{DURABLE}", cb=seen)
+    await watcher.flush()
+    pull = Pull(client, nats_names[0], DURABLE, batch=64)
+    pull.linger_s = 0.02
+    stop = asyncio.Event()
+    taken: list[bytes] = []
+    asked_before_idle = 0
+
+    async def follow() -> None:
+        nonlocal asked_before_idle
+        async for messages in pull.batches(stop):
+            taken.extend(message.data for message in messages)
+            for message in messages:
+                await message.ack()
+            if len(taken) == 2:
+                await watcher.flush()
+                asked_before_idle = len(requests)
+
+    follower = asyncio.ensure_future(follow())
+    try:
+        await js.publish(subject, b"one")
+        await js.publish(subject, b"two")
+        await eventually(lambda: asked_before_idle > 0)
+        await asyncio.sleep(1.0)  # idle
+        await watcher.flush()
+    finally:
+        stop.set()
+        await follower
+        await watcher.close()
+    assert taken == [b"one", b"two"]
+    assert requests[0] == {"batch": 1, "expires": 5_000_000_000}  # the first message, as it arrives
+    assert {"batch": 64, "no_wait": True} in requests  # what follows it, in a burst
+    # Idle for a second at a linger of 20 ms: the burst request that found nothing, then one open
+    # request; not one every 20 ms.
+    assert len(requests) - asked_before_idle <= 2, requests[asked_before_idle:]
