@@ -130,3 +130,12 @@ def finished_task(
     task.complete(epoch=epoch, now=now, message={"role": "ROLE_AGENT", "parts": [{"text": "done"}]})
     store.save_tasks(task)
     return task
+
+
+def plain_task(store: TaskApplication, now: datetime) -> Task:
+    """A saved task without push configs, leased and completed at ``now``: nothing to deliver."""
+    task = new_task(now)
+    epoch = task.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
+    task.complete(epoch=epoch, now=now, message=None)
+    store.save_tasks(task)
+    return task

@@ -10,8 +10,7 @@ import psycopg
 from store.application import TaskApplication
 from store.config import StoreConfig
 from store.deliveries import task_deliveries
-from tests.support.tasks import new_task
-from tests.support.webhooks import Receiver, finished_task
+from tests.support.webhooks import Receiver, finished_task, plain_task
 from tests.webhooks.conftest import Run, eventually
 
 
@@ -26,10 +25,7 @@ async def test_a_config_set_after_the_end_gets_no_delivery(
     store: TaskApplication, receiver: Receiver, dispatching: Run
 ) -> None:
     now = datetime.now(UTC)
-    plain = new_task(now)
-    epoch = plain.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
-    plain.complete(epoch=epoch, now=now, message=None)
-    store.save_tasks(plain)
+    plain = plain_task(store, now)
     late = {"id": "late", "url": receiver.url(), "token": "never-sent"}
     store.set_push_config(
         plain.id, tenant=plain.tenant, config=late, clock=lambda: now + timedelta(seconds=1)

@@ -21,7 +21,7 @@ from store.config import StoreConfig
 from store.deliveries import task_deliveries
 from store.retry import webhook_retry
 from tests.support.tasks import new_task
-from tests.support.webhooks import Receiver, finished_task
+from tests.support.webhooks import Receiver, finished_task, plain_task
 from tests.webhooks.conftest import FAST, Run, eventually
 from workers import dispatcher as dispatcher_module
 from workers.dispatcher import Dispatcher
@@ -177,10 +177,7 @@ async def test_nothing_is_recorded_for_a_task_without_push_configs(
     store: TaskApplication, receiver: Receiver, dispatching: Run
 ) -> None:
     now = datetime.now(UTC)
-    plain = new_task(now)
-    epoch = plain.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
-    plain.complete(epoch=epoch, now=now, message=None)
-    store.save_tasks(plain)
+    plain = plain_task(store, now)
     with_config = finished_task(store, receiver.url(), artifacts=0)
     async with dispatching():
         await eventually(lambda: len(receiver.answered()) >= 2, message="the task with a config")
@@ -310,10 +307,7 @@ async def test_the_intake_takes_bursts_until_a_task_with_push_configs_comes_and_
     store: TaskApplication, receiver: Receiver, dispatching: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
-    plain = new_task(now)
-    epoch = plain.grant_lease(worker="w", now=now, until=now + timedelta(seconds=30))
-    plain.complete(epoch=epoch, now=now, message=None)
-    store.save_tasks(plain)
+    plain = plain_task(store, now)
     async with dispatching() as dispatcher:
         await asyncio.sleep(0.5)  # the plain task's events taken: nothing to deliver
         assert dispatcher.linger_s() == dispatcher_module.LINGER_S
