@@ -310,7 +310,7 @@ class Dispatcher:
         ``LINGER_S`` while no event of a task with push configs came for ``QUIET_S``, else 0 (each
         message as it arrives). Where no task has push configs, every event is taken for nothing;
         in bursts it costs NATS and this process a wake-up per burst instead of one per event (ADR
-        0058). The first event after a quiet spell still comes at once (``Pull``), and one of a
+        0058). The first event after the stream was idle still comes at once (``Pull``), and one of a
         task with push configs makes the intake take each message as it arrives again.
         """
         return LINGER_S if time.monotonic() - self._pushed_at > QUIET_S else 0.0
