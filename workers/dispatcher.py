@@ -293,14 +293,12 @@ class Dispatcher:
                 await js.add_consumer(self.names.stream, consumer)
             log.info("dispatcher %s following stream %s", self.config.dispatcher_id, self.names.stream)
             checked = time.monotonic()
-            pull = Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH)
-            pull.linger_s = self.linger_s()
+            pull = Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH, linger_s=self.linger_s)
             async for messages in pull.batches(stop):
                 if time.monotonic() - checked > LOCK_CHECK_S:
                     await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
                     checked = time.monotonic()
                 await self.take(messages)
-                pull.linger_s = self.linger_s()
         finally:
             await client.close()
 

@@ -14,7 +14,8 @@ meanwhile without waiting at the server (``no_wait``), so the server sends it in
 the reader wakes once for it, rather than once for each message as it is stored. A request
 that brought nothing is followed by an open request for one message: an idle reader keeps one
 request open (not one every ``linger_s``), and the first message after a quiet spell is handed
-over as it arrives. ``linger_s`` can change between batches; it applies from the next request.
+over as it arrives. ``linger_s`` is a function, asked before each request: the owner's state
+decides, and a change applies from the next request.
 
 The messages arrive through a callback subscription that only appends them to a list and wakes
 the reader: nats-py's ``next_msg`` costs a ``uuid4``, a task and a ``wait_for`` per message
@@ -27,7 +28,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nats.js.api import Header, StatusCode
@@ -40,13 +41,20 @@ class Pull:
     """Messages of the durable consumer ``durable`` on ``stream``, in batches as they arrive."""
 
     def __init__(
-        self, client: Any, stream: str, durable: str, *, batch: int = 256, expires: float = 5.0
+        self,
+        client: Any,
+        stream: str,
+        durable: str,
+        *,
+        batch: int = 256,
+        expires: float = 5.0,
+        linger_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.client = client
         self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self.batch = batch
         self.expires = expires
-        self.linger_s = 0.0
+        self.linger_s = linger_s
         """Above 0: after a request that brought messages, wait this long, then take a burst."""
 
     async def batches(self, stop: asyncio.Event) -> AsyncIterator[list[Any]]:
@@ -91,9 +99,10 @@ class Pull:
 
     async def _next_request(self, brought: int) -> dict[str, Any]:
         """The next pull request: open for a whole batch, or when lingering a burst or one message."""
-        if not self.linger_s:
+        linger_s = self.linger_s()
+        if not linger_s:
             return {"batch": self.batch, "expires": int(self.expires * 1e9)}
         if brought:
-            await asyncio.sleep(self.linger_s)
+            await asyncio.sleep(linger_s)
             return {"batch": self.batch, "no_wait": True}
         return {"batch": 1, "expires": int(self.expires * 1e9)}

@@ -93,8 +93,7 @@ async def test_a_lingering_pull_hands_over_the_first_message_alone_and_what_foll
 ) -> None:
     client, js, subject = jetstream
     stop = asyncio.Event()
-    pull = Pull(client, nats_names[0], DURABLE, batch=64)
-    pull.linger_s = 1.0
+    pull = Pull(client, nats_names[0], DURABLE, batch=64, linger_s=lambda: 1.0)
     batches: list[list[bytes]] = []
     five = [f"m{n}".encode() for n in range(5)]
     publishing: list[asyncio.Future[None]] = []
@@ -137,8 +136,7 @@ async def test_an_idle_lingering_pull_keeps_one_request_open_instead_of_asking_a
 
     await watcher.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{nats_names[0]}.{DURABLE}", cb=seen)
     await watcher.flush()
-    pull = Pull(client, nats_names[0], DURABLE, batch=64)
-    pull.linger_s = 0.02
+    pull = Pull(client, nats_names[0], DURABLE, batch=64, linger_s=lambda: 0.02)
     stop = asyncio.Event()
     taken: list[bytes] = []
     asked_before_idle = 0
