@@ -155,8 +155,30 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+SPEED_ADDITIONS = 1_000_000
+SPEED_TRIES = 5
+
+
+def python_speed_ms() -> float:
+    """The milliseconds one million Python additions take here, the fastest of a few tries.
+
+    The processor's speed for one thread of Python: what a c=1 figure, one GIL's worth of work
+    per request, moves with. Machines of the same kind have differed twofold between sessions
+    (docs/benchmarks.md §11 "Session 33"); a ratio to a baseline of the same run does not cancel
+    that out when the two servers spend their time differently.
+    """
+    fastest = math.inf
+    for _ in range(SPEED_TRIES):
+        started = time.perf_counter()
+        total = 0
+        for number in range(SPEED_ADDITIONS):
+            total += number
+        fastest = min(fastest, time.perf_counter() - started)
+    return round(fastest * 1000, 1)
+
+
 def machine_info(database_url: str) -> dict[str, Any]:
-    """What the figures were measured on."""
+    """What the figures were measured on (the processor's speed too: ``python_speed_ms``)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         pg_version = conn.execute("SHOW server_version").fetchone()
         sync = conn.execute("SHOW synchronous_commit").fetchone()
@@ -189,6 +211,7 @@ def machine_info(database_url: str) -> dict[str, Any]:
         "psycopg_impl": psycopg.pq.__impl__,
         "synchronous_commit": sync[0] if sync else "?",
         "loadavg_at_start": [round(x, 2) for x in load],
+        "python_ms_per_million_additions": python_speed_ms(),
         "git_commit": commit,
         "git_tree_dirty": bool(dirty),
         "measured_at": utc_now().isoformat(timespec="seconds"),

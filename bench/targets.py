@@ -209,11 +209,17 @@ def heading(args: argparse.Namespace, info: dict[str, Any], parts: dict[str, dic
     command = "python -m bench.targets" + (" --quick" if args.quick else "")
     if list(args.parts) != list(PARTS):
         command += f" --parts {','.join(args.parts)}"
+    speed = info.get("python_ms_per_million_additions")
+    processor = (
+        f"; the processor: a million Python additions in {speed:g} ms (the c=1 figures move with it)"
+        if speed is not None
+        else ""
+    )
     return (
         f"`{command}` at `{info.get('git_commit', '?')}`{dirty}, {info.get('measured_at', '?')} "
         f"to {utc_now().isoformat(timespec='seconds')}; load average (1 min) before → after each part: "
-        f"{loads}. Each ratio is to a baseline measured in the same run; a value within 30 % of its "
-        f"target is not decided by one run.{quick}"
+        f"{loads}{processor}. Each ratio is to a baseline measured in the same run; a value within "
+        f"30 % of its target is not decided by one run.{quick}"
     )
 
 

@@ -19,10 +19,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
+from bench.common import python_speed_ms
 from bench.reasons import REQUEST_PROFILE, not_measured
 from bench.sse_latency import HEADLINE as SSE_HEADLINE
 from bench.sse_latency import RAW
-from bench.targets import PARTS, STEP_RUNS, argv, decide_saved, markdown
+from bench.targets import PARTS, STEP_RUNS, argv, decide_saved, heading, markdown
 from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide, decide_all
 from bench.webhook_latency import HEADLINE as WEBHOOK_HEADLINE
 from tests.bench.support import SDK_MEMORY, SDK_POSTGRES, a2a, parts, row, target
@@ -406,3 +407,18 @@ def test_the_doc_s_table_is_what_bench_targets_decides_for_the_run_it_names(tmp_
         f"docs/benchmarks.md's target table is not what `python -m bench.targets --decide {named.group(1)} "
         "--markdown FILE` writes: paste that file again"
     )
+
+
+def test_the_heading_names_the_processor_s_speed_when_the_run_measured_it() -> None:
+    """Runs of one code on machines of one kind differ twofold with the processor (session 33)."""
+    args = argparse.Namespace(quick=False, parts=list(PARTS))
+    loads = {name: {"loadavg_before": [1.0, 0.0, 0.0], "loadavg_after": [2.0, 0.0, 0.0]} for name in PARTS}
+    info = {"git_commit": "abc1234", "measured_at": "2026-12-05T03:00:00+00:00"}
+    measured = heading(args, {**info, "python_ms_per_million_additions": 75.2}, loads)
+    assert "the processor: a million Python additions in 75.2 ms" in measured
+    assert "Python additions" not in heading(args, info, loads)  # a run saved before it was measured
+
+
+def test_the_processor_s_speed_is_a_time_this_process_measured() -> None:
+    fastest = python_speed_ms()
+    assert 1.0 < fastest < 10_000.0
