@@ -35,6 +35,7 @@ A process that ends between the listing and its reading is left out of that read
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -135,11 +136,33 @@ def settle(
     So a round does not start while the work the round before left (another server's tasks'
     worker, projector, relay catching up) still runs on the same cores.
     """
-    started = time.monotonic()
 
     def busy() -> float:
         return sum(tree_cpu_seconds(pid) for pid in pids) + (postgres_cpu_seconds() or 0.0)
 
+    return _quiet(busy, most_s=most_s, sample_s=sample_s, quiet_cores=quiet_cores)
+
+
+MACHINE_QUIET_CORES = 0.3
+"""Below this many of the machine's cores busy, it is quiet enough to start a part (``settle_machine``)."""
+
+
+def settle_machine(
+    *, most_s: float, sample_s: float = 0.5, quiet_cores: float = MACHINE_QUIET_CORES
+) -> float:
+    """Wait until the whole machine spends under ``quiet_cores`` over one ``sample_s``, or ``most_s``
+    passed; the seconds waited.
+
+    So one benchmark does not start while what the one before left still runs (PostgreSQL's
+    checkpoint or autovacuum after many commits, processes still exiting). Every process counts:
+    the machine's NATS, PostgreSQL and whatever else runs there.
+    """
+    return _quiet(busy_cpu_seconds, most_s=most_s, sample_s=sample_s, quiet_cores=quiet_cores)
+
+
+def _quiet(busy: Callable[[], float], *, most_s: float, sample_s: float, quiet_cores: float) -> float:
+    """Wait until ``busy`` (CPU seconds) grows by under ``quiet_cores`` per second over one ``sample_s``."""
+    started = time.monotonic()
     before = busy()
     while time.monotonic() - started < most_s:
         time.sleep(sample_s)

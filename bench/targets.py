@@ -10,6 +10,11 @@ other benchmarks) runs the benchmarks the targets need, by calling their own ``r
 - ``steps``: ``bench.step_throughput`` with 2 workers x 32 and 1 worker x 64 (plain psycopg);
 - ``webhook``: ``bench.webhook_latency`` at 200 tasks/s, the receiver in its own process (raw NATS).
 
+Each part starts once the whole machine is quiet (under 0.3 of a core busy over half a second;
+``bench.process_cpu.settle_machine``, at most ``SETTLE_S``), so that what the part before left
+running (PostgreSQL's checkpoint after the step runs' commits, processes still exiting) does not
+run in its window; the seconds it waited are kept with the part (``settled_s``).
+
 Then it prints the verdict table (``bench.verdicts``: one row per target, longhaul's figure, the
 baseline, the ratio, met or missed and why: what went wrong in the measurement, and for a target
 missed or within 30 % the reason its figures tell, ``bench.reasons``) and writes
@@ -40,10 +45,13 @@ from typing import Any
 
 from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
 from bench.common import base_parser, machine_info, table, utc_now, write_results
+from bench.process_cpu import settle_machine
 from bench.reasons import TIMES
 from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide_all
 
 PARTS = ("a2a", "sse", "steps", "webhook")
+SETTLE_S = 60.0
+"""The longest a part waits for the machine to be quiet after the part before (``settle_machine``)."""
 STEP_RUNS = {
     "two_workers": ["--workers", "2", "--concurrency", "32"],
     "one_worker": ["--workers", "1", "--concurrency", "64"],
@@ -131,11 +139,13 @@ def run_parts(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     parts: dict[str, dict[str, Any]] = {}
     began = time.monotonic()
     for number, name in enumerate(args.parts, 1):
+        settled = settle_machine(most_s=SETTLE_S)
         record: dict[str, Any] = {"argv": argv(name, args), "loadavg_before": loadavg()}
+        record["settled_s"] = round(settled, 1)
         record["started_at"] = utc_now().isoformat(timespec="seconds")
         print(
-            f"\n[targets {elapsed(began)}] part {number}/{len(args.parts)} {name}: started, "
-            f"load {record['loadavg_before']}",
+            f"\n[targets {elapsed(began)}] part {number}/{len(args.parts)} {name}: started after "
+            f"{settled:.1f} s for the machine to be quiet, load {record['loadavg_before']}",
             flush=True,
         )
         t0 = time.monotonic()

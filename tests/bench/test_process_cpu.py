@@ -20,6 +20,7 @@ from bench.process_cpu import (
     postgres_cpu_seconds,
     read,
     server_backends,
+    settle_machine,
     spent,
     this_process_seconds,
     tree_cpu_seconds,
@@ -170,3 +171,16 @@ def test_backends_are_counted_from_the_start_or_whole_when_new_and_ended_ones_ap
         "server_postgres_started": 1.0,
         "server_postgres_ended": 1.0,
     }
+
+
+def test_the_machine_is_not_quiet_while_a_process_burns_a_core_and_is_once_it_ended() -> None:
+    """``settle_machine``, run before each part of ``bench.targets``, waits out a busy core."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started and burning
+        assert settle_machine(most_s=1.5, sample_s=0.25, quiet_cores=0.5) >= 1.5
+    finally:
+        burner.kill()
+        burner.wait(10)
+    # One core less busy: under 1.5 of the two at once (room left for the rest of the machine).
+    assert settle_machine(most_s=5.0, sample_s=0.25, quiet_cores=1.5) < 1.0
