@@ -140,9 +140,12 @@ def run_parts(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     began = time.monotonic()
     for number, name in enumerate(args.parts, 1):
         settled = settle_machine(most_s=SETTLE_S)
-        record: dict[str, Any] = {"argv": argv(name, args), "loadavg_before": loadavg()}
-        record["settled_s"] = round(settled, 1)
-        record["started_at"] = utc_now().isoformat(timespec="seconds")
+        record: dict[str, Any] = {
+            "argv": argv(name, args),
+            "settled_s": round(settled, 1),
+            "loadavg_before": loadavg(),
+            "started_at": utc_now().isoformat(timespec="seconds"),
+        }
         print(
             f"\n[targets {elapsed(began)}] part {number}/{len(args.parts)} {name}: started after "
             f"{settled:.1f} s for the machine to be quiet, load {record['loadavg_before']}",
