@@ -43,6 +43,7 @@ left does not run in the next server's window and slow it down.
     uv run python -m bench.a2a_compare [--quick] [--rounds 3 --seconds 5] [--concurrency 1 16 64 128]
         [--servers longhaul sdk-memory sdk-postgres] [--modes blocking immediately stream]
         [--baseline-tree /path/to/another/checkout]   # adds longhaul-base: the same run, A/B
+        [--what-if no-worker,no-followers]            # adds longhaul-base: up with those parts left out
         [--longhaul-env KEY=VALUE ...] [--baseline-env KEY=VALUE ...]  # settings of longhaul / -base
         [--fixed-order]                               # one server order (default: reversed every other round)
         [--settle-s 10]                               # wait for quiet before a round, at most (0: not)
@@ -69,6 +70,7 @@ from bench.a2a_report import TABLE_HEADERS, against_c16, cpu_summary, rows_of, s
 from bench.a2a_servers import SERVERS, round_order, servers, settings_of
 from bench.common import base_parser, machine_info, table, write_results
 from bench.process_cpu import settle
+from bench.traced_up import WHAT_IFS
 
 MODES = ("blocking", "immediately", "stream")
 
@@ -105,6 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run longhaul from this checkout (server longhaul-base): an interleaved A/B",
     )
     parser.add_argument(
+        "--what-if",
+        default=None,
+        metavar="NAMES",
+        help="also run longhaul-base: this checkout's up with these parts left out (bench.traced_up's "
+        "BENCH_WHATIF, e.g. no-worker,no-followers: the request path and its commit alone)",
+    )
+    parser.add_argument(
         "--longhaul-env", nargs="+", default=[], metavar="KEY=VALUE", help="settings of longhaul"
     )
     parser.add_argument(
@@ -127,7 +136,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="visit the servers in the same order every round (by default every other round reverses it)",
     )
     args = parser.parse_args(argv)
-    if args.baseline_tree is not None:
+    if args.what_if is not None:
+        unknown = set(args.what_if.split(",")) - set(WHAT_IFS)
+        if unknown:
+            parser.error(f"--what-if: unknown {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
+        args.baseline_env = [*args.baseline_env, f"BENCH_WHATIF={args.what_if}"]
+    if args.baseline_tree is not None or args.what_if is not None:
         args.servers = [*args.servers, "longhaul-base"]
     if args.quick:
         args.rounds, args.seconds = 2, 2.0

@@ -38,7 +38,8 @@ def servers(
     interleaved A/B of two longhaul versions in the same run. ``settings`` are extra environment
     variables by server name (``longhaul``, ``longhaul-base``): ``LONGHAUL_*`` settings, or a
     traced ``up``'s ``BENCH_*`` ones. ``up_module`` is the module both run as ``python -m <it>
-    up`` (``bench.traced_up``: ``up`` with hop marks).
+    up`` (``bench.traced_up``: ``up`` with hop marks); a server given ``BENCH_WHATIF`` runs as
+    ``bench.traced_up`` whatever ``up_module`` says (the what-if is applied there).
     """
     with ExitStack() as stack:
         urls: dict[str, tuple[str, int]] = {}
@@ -55,7 +56,7 @@ def servers(
                 env["LONGHAUL_NATS_SUBJECT_PREFIX"] = f"bench{schema}"
                 env["LONGHAUL_DATA_DIR"] = str(folder / name)
                 env |= (settings or {}).get(name, {})
-                module = [up_module, "up"]
+                module = ["bench.traced_up" if "BENCH_WHATIF" in env else up_module, "up"]
             else:
                 store = name.removeprefix("sdk-")
                 module = ["bench.a2a_sdk_server", "--port", str(port), "--store", store]

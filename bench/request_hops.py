@@ -21,7 +21,7 @@ for an A/B of two versions hop by hop.
 One client only: with more, the requests' marks interleave and a hop is no longer one request's.
 
     uv run python -m bench.request_hops [--quick] [--mode blocking|immediately] [--rounds 3 --seconds 8]
-        [--statements 400] [--what-if no-followers|no-relay|no-projector|no-dispatcher|no-sequencer]
+        [--statements 400] [--what-if no-followers|no-relay|no-projector|no-dispatcher|no-sequencer|no-worker]
         [--baseline-tree /path/to/another/checkout]
 """
 
@@ -41,6 +41,7 @@ from bench.a2a_load import body, run_round
 from bench.a2a_servers import round_order, servers
 from bench.common import base_parser, fresh_schema, machine_info, table, write_results
 from bench.processes import SKILL_MODULES
+from bench.traced_up import WHAT_IFS
 
 Mark = tuple[float, str, str]
 """``(perf_counter seconds, name, thread)``, as ``bench.traced_up`` writes them."""
@@ -131,7 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--statements", type=int, default=400, help="submissions of the baseline")
     parser.add_argument(
         "--what-if",
-        choices=["no-followers", "no-relay", "no-projector", "no-dispatcher", "no-sequencer"],
+        choices=WHAT_IFS,
         default=None,
         help="a second traced up without the log's followers, or without one of them (bench.traced_up)",
     )

@@ -20,14 +20,19 @@ The marks, in the order a blocking send on a free worker slot makes them:
 ``$BENCH_WHATIF=no-followers`` runs ``up`` without the relay, the projector, the dispatcher and
 the sequencer (nothing follows the log): what the request's hops cost with nobody else in the
 process; ``no-relay``, ``no-projector``, ``no-dispatcher``, ``no-sequencer`` without that one
-(without the relay the dispatcher has nothing to deliver). Not a product configuration: the
-tasks' events miss what was left out.
+(without the relay the dispatcher has nothing to deliver). ``no-worker`` runs no worker: nothing
+claims or runs the tasks, and the gateway finds no slot to hand a task to, so each new task stays
+in the run queue (for returnImmediately only: a blocking or streaming caller would wait for a task
+nobody runs). ``no-worker,no-followers`` leaves the request path and its durable commit alone in
+the process: the ceiling of a durable answer at c=1 (``bench.a2a_compare --what-if``). Not a
+product configuration: the tasks' events miss what was left out.
 
     BENCH_HOPS_FILE=/tmp/hops.txt LONGHAUL_...=... python -m bench.traced_up up
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import functools
 import inspect
@@ -126,15 +131,28 @@ def install() -> None:
     ]
     for owner, name, wrapper in wrapped:
         setattr(owner, name, wrapper)
-    whatif = set(os.environ.get("BENCH_WHATIF", "").split(","))
+    whatif = {name for name in os.environ.get("BENCH_WHATIF", "").split(",") if name}
+    unknown = whatif - set(WHAT_IFS)
+    if unknown:
+        raise SystemExit(f"unknown BENCH_WHATIF: {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
+    left_out: list[tuple[object, str, Callable[..., Any]]] = []
     if whatif & {"no-followers", *(f"no-{part}" for part in FOLLOWERS)}:
-        kept = _without(commands._log_followers, whatif)
-        for owner, name, wrapper in [(commands, "_log_followers", kept)]:
-            setattr(owner, name, wrapper)
+        left_out.append((commands, "_log_followers", _without(commands._log_followers, whatif)))
+    if "no-worker" in whatif:
+        left_out.append((commands, "_worker", _idle_worker))
+    for owner, name, wrapper in left_out:
+        setattr(owner, name, wrapper)
 
 
 FOLLOWERS = ("relay", "projector", "dispatcher", "sequencer")
 """``commands._log_followers``'s parts, in the order it returns them."""
+WHAT_IFS = ("no-followers", *(f"no-{part}" for part in FOLLOWERS), "no-worker")
+"""What ``$BENCH_WHATIF`` may name (comma-separated)."""
+
+
+async def _idle_worker(settings: Any, store: Any, stop: asyncio.Event, *args: Any, **kwargs: Any) -> None:
+    """``commands._worker`` for ``no-worker``: waits for the stop, never runs its worker."""
+    await stop.wait()
 
 
 def _without(log_followers: Callable[..., list[Any]], whatif: set[str]) -> Callable[..., list[Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Coroutine
 from pathlib import Path
@@ -9,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from bench import a2a_compare
 from bench.request_hops import Mark, hop_table, read_marks
-from bench.traced_up import FOLLOWERS, _without
+from bench.traced_up import FOLLOWERS, WHAT_IFS, _idle_worker, _without
 
 
 def _call(start: float, *spans: tuple[str, float], thread: str = "MainThread") -> list[Mark]:
@@ -96,3 +98,27 @@ def test_a_what_if_leaves_out_the_followers_it_names_and_closes_them() -> None:
 def test_a_what_if_refuses_a_list_of_other_parts() -> None:
     with pytest.raises(AssertionError, match="changed its parts"):
         _without(list, {"no-relay"})()
+
+
+def test_no_worker_waits_for_the_stop_and_runs_nothing() -> None:
+    async def scenario() -> bool:
+        stop = asyncio.Event()
+        idle = asyncio.ensure_future(_idle_worker(None, None, stop, process=None))
+        await asyncio.sleep(0.01)
+        running = not idle.done()
+        stop.set()
+        await asyncio.wait_for(idle, timeout=1.0)
+        return running
+
+    assert asyncio.run(scenario())
+
+
+def test_a_what_if_of_the_compare_runs_a_second_up_with_those_parts_left_out() -> None:
+    args = a2a_compare.parse_args(
+        ["--servers", "longhaul", "sdk-memory", "--what-if", "no-worker,no-followers"]
+    )
+    assert args.servers == ["longhaul", "sdk-memory", "longhaul-base"]
+    assert args.baseline_env == ["BENCH_WHATIF=no-worker,no-followers"]
+    assert set(WHAT_IFS) >= {"no-worker", "no-followers", "no-relay"}
+    with pytest.raises(SystemExit):
+        a2a_compare.parse_args(["--what-if", "no-gateway"])
