@@ -140,6 +140,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown = set(args.what_if.split(",")) - set(WHAT_IFS)
         if unknown:
             parser.error(f"--what-if: unknown {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
+        if "no-worker" in args.what_if.split(",") and set(args.modes) != {"immediately"}:
+            parser.error(
+                "--what-if no-worker needs --modes immediately: nothing would end a blocking call or a stream"
+            )
         args.baseline_env = [*args.baseline_env, f"BENCH_WHATIF={args.what_if}"]
     if args.baseline_tree is not None or args.what_if is not None:
         args.servers = [*args.servers, "longhaul-base"]

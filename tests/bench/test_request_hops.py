@@ -115,10 +115,20 @@ def test_no_worker_waits_for_the_stop_and_runs_nothing() -> None:
 
 def test_a_what_if_of_the_compare_runs_a_second_up_with_those_parts_left_out() -> None:
     args = a2a_compare.parse_args(
-        ["--servers", "longhaul", "sdk-memory", "--what-if", "no-worker,no-followers"]
+        [
+            "--servers",
+            "longhaul",
+            "sdk-memory",
+            "--modes",
+            "immediately",
+            "--what-if",
+            "no-worker,no-followers",
+        ]
     )
     assert args.servers == ["longhaul", "sdk-memory", "longhaul-base"]
     assert args.baseline_env == ["BENCH_WHATIF=no-worker,no-followers"]
     assert set(WHAT_IFS) >= {"no-worker", "no-followers", "no-relay"}
     with pytest.raises(SystemExit):
         a2a_compare.parse_args(["--what-if", "no-gateway"])
+    with pytest.raises(SystemExit):  # nothing would end a blocking call or a stream
+        a2a_compare.parse_args(["--modes", "immediately", "stream", "--what-if", "no-worker"])
