@@ -144,7 +144,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(
                 "--what-if no-worker needs --modes immediately: nothing would end a blocking call or a stream"
             )
-        args.baseline_env = [*args.baseline_env, f"BENCH_WHATIF={args.what_if}"]
     if args.baseline_tree is not None or args.what_if is not None:
         args.servers = [*args.servers, "longhaul-base"]
     if args.quick:
@@ -155,6 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the servers, run every round, print the table: the results (what the JSON holds)."""
     settings = {"longhaul": settings_of(args.longhaul_env), "longhaul-base": settings_of(args.baseline_env)}
+    if args.what_if is not None:
+        settings["longhaul-base"]["BENCH_WHATIF"] = args.what_if  # bench.a2a_servers runs it traced
     folder = Path(tempfile.mkdtemp(prefix="bench-a2a-compare-"))
     samples: dict[str, dict[str, list[Round]]] = {}
     unsupported: set[tuple[str, str]] = set()

@@ -126,7 +126,7 @@ def test_a_what_if_of_the_compare_runs_a_second_up_with_those_parts_left_out() -
         ]
     )
     assert args.servers == ["longhaul", "sdk-memory", "longhaul-base"]
-    assert args.baseline_env == ["BENCH_WHATIF=no-worker,no-followers"]
+    assert args.what_if == "no-worker,no-followers"
     assert set(WHAT_IFS) >= {"no-worker", "no-followers", "no-relay"}
     with pytest.raises(SystemExit):
         a2a_compare.parse_args(["--what-if", "no-gateway"])
