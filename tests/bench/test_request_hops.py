@@ -113,7 +113,7 @@ def test_no_worker_waits_for_the_stop_and_runs_nothing() -> None:
     assert asyncio.run(scenario())
 
 
-def test_a_what_if_of_the_compare_runs_a_second_up_with_those_parts_left_out() -> None:
+def test_a_what_if_of_the_compare_adds_longhaul_base_and_refuses_what_it_cannot_run() -> None:
     args = a2a_compare.parse_args(
         [
             "--servers",
