@@ -33,8 +33,9 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 SDK = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store"}
 REQUEST_PROFILE = (
     'docs/benchmarks.md §11 "The request path, hop by hop", "Session 29: one client\'s blocking send,'
-    ' hop by hop" (`bench.request_hops` measures it again) and "Session 30" (each thread\'s wake-ups,'
-    " and the dispatcher's share)"
+    ' hop by hop" (`bench.request_hops` measures it again), "Session 30" (each thread\'s wake-ups,'
+    ' and the dispatcher\'s share) and "Session 34" (`bench.a2a_compare --what-if no-worker,no-followers`:'
+    " the request path and its commit alone, beside the same run's servers)"
 )
 STREAM_PROFILE = 'docs/benchmarks.md §11 "The stream path, hop by hop"'
 
