@@ -18,9 +18,13 @@ without that one), its rounds interleaved with the first's. ``--baseline-tree DI
 second ``up`` from another checkout instead (with a ``--what-if``: that checkout without them),
 for an A/B of two versions hop by hop.
 
+``--mode stream``: a ``SendStreamingMessage``'s way to its first event instead, from ``stream+``
+(the request parsed) to ``stream-`` (its first frame written; ``bench.traced_up``).
+
 One client only: with more, the requests' marks interleave and a hop is no longer one request's.
 
-    uv run python -m bench.request_hops [--quick] [--mode blocking|immediately] [--rounds 3 --seconds 8]
+    uv run python -m bench.request_hops [--quick] [--mode blocking|immediately|stream]
+        [--rounds 3 --seconds 8]
         [--statements 400] [--what-if no-followers|no-relay|no-projector|no-dispatcher|no-sequencer|no-worker]
         [--baseline-tree /path/to/another/checkout]
 """
@@ -126,7 +130,12 @@ def statement_alone(database_url: str, calls: int) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = base_parser(__doc__ or "")
-    parser.add_argument("--mode", choices=["blocking", "immediately"], default="blocking")
+    parser.add_argument(
+        "--mode",
+        choices=["blocking", "immediately", "stream"],
+        default="blocking",
+        help="stream: a SendStreamingMessage's way to its first event (stream+ to stream-)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0, help="per round")
     parser.add_argument("--statements", type=int, default=400, help="submissions of the baseline")
@@ -175,7 +184,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(
                     f"round {number + 1} {label[name]:<20} {sample.per_s:7.1f} req/s, errors {sample.errors}"
                 )
-    tables = {label[name]: hop_table(read_marks(folder / f"{name}.hops")) for name in names}
+    outer = "stream" if args.mode == "stream" else "send"
+    tables = {label[name]: hop_table(read_marks(folder / f"{name}.hops"), outer) for name in names}
     alone = statement_alone(args.database_url, args.statements)
     for title, hops in [*tables.items(), ("the submission alone (baseline)", alone)]:
         print(f"\n{title}: {hops['typical']} of {hops['calls']} calls took the most common way")

@@ -17,6 +17,11 @@ The marks, in the order a blocking send on a free worker slot makes them:
 - ``runner``, ``step``: ``TaskRunner.run`` and one step (``_run_one``);
 - ``group``: ``Committer._save_group`` on the event loop, ``save_each`` in its thread.
 
+A stream (``SendStreamingMessage``) makes ``stream+`` as ``TaskStreams.open`` starts (the request
+parsed, before its submission) and ``stream-`` once its first frame was written (``api.sse``'s
+body asked for the next chunk after the first): the way to its first event, with the marks
+above in between (``bench.request_hops --mode stream``).
+
 ``$BENCH_WHATIF=no-followers`` runs ``up`` without the relay, the projector, the dispatcher and
 the sequencer (nothing follows the log): what the request's hops cost with nobody else in the
 process; ``no-relay``, ``no-projector``, ``no-dispatcher``, ``no-sequencer`` without that one
@@ -34,18 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
 import inspect
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from api import service
+from api import service, sse, streams
 from longhaul import cli, commands
 from store.application import TaskApplication
 from store.postgres import PostgresRunQueueRecorder
@@ -82,6 +88,38 @@ def _traced(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             mark(f"{name}-")
 
     return traced
+
+
+def _marked_at_entry(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def entered(*args: Any, **kwargs: Any) -> Any:
+        mark(name)
+        return await fn(*args, **kwargs)
+
+    return entered
+
+
+Chunks = AsyncGenerator[bytes, None]
+
+
+def _first_written(body: Callable[..., Chunks]) -> Callable[..., Chunks]:
+    """``sse_body`` with ``stream-`` once its first chunk was written.
+
+    Marked when the body is asked for its next chunk: after the first chunk's ``send`` returned
+    and Litestar started the task group that streams the rest (``api.sse.SseStream``).
+    """
+
+    @functools.wraps(body)
+    async def marked(*args: Any, **kwargs: Any) -> Chunks:
+        first = True
+        async with contextlib.aclosing(body(*args, **kwargs)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+                if first:
+                    mark("stream-")
+                    first = False
+
+    return marked
 
 
 def _commit(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,6 +166,8 @@ def install() -> None:
         (TaskRunner, "run", _traced("runner", TaskRunner.run)),
         (TaskRunner, "_run_one", _traced("step", TaskRunner._run_one)),
         (Committer, "_save_group", _traced("group", Committer._save_group)),
+        (streams.TaskStreams, "open", _marked_at_entry("stream+", streams.TaskStreams.open)),
+        (sse, "sse_body", _first_written(sse.sse_body)),
     ]
     for owner, name, wrapper in wrapped:
         setattr(owner, name, wrapper)

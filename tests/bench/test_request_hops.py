@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import pytest
 
 from bench import a2a_compare
 from bench.request_hops import Mark, hop_table, read_marks
-from bench.traced_up import FOLLOWERS, WHAT_IFS, _idle_worker, _without
+from bench.traced_up import FOLLOWERS, MARKS, WHAT_IFS, _first_written, _idle_worker, _without
 
 
 def _call(start: float, *spans: tuple[str, float], thread: str = "MainThread") -> list[Mark]:
@@ -132,3 +132,34 @@ def test_a_what_if_of_the_compare_adds_longhaul_base_and_refuses_what_it_cannot_
         a2a_compare.parse_args(["--what-if", "no-gateway"])
     with pytest.raises(SystemExit):  # nothing would end a blocking call or a stream
         a2a_compare.parse_args(["--modes", "immediately", "stream", "--what-if", "no-worker"])
+
+
+def test_a_stream_is_marked_once_its_first_chunk_was_written_and_its_body_closes() -> None:
+    closed: list[bool] = []
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            for chunk in (b"first", b"second", b"third"):
+                yield chunk
+        finally:
+            closed.append(True)
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        before = len(MARKS)
+        chunks = _first_written(body)()
+        await anext(chunks)
+        seen.append(f"after the first: {[name for _, name, _ in MARKS[before:]]}")
+        await anext(chunks)  # asked for the next chunk: the first one was written
+        seen.append(f"after the second: {[name for _, name, _ in MARKS[before:]]}")
+        await anext(chunks)
+        await chunks.aclose()
+        seen.append(f"at the end: {[name for _, name, _ in MARKS[before:]]}")
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        "after the first: []",
+        "after the second: ['stream-']",
+        "at the end: ['stream-']",
+    ]
+    assert closed == [True]
