@@ -194,8 +194,15 @@ class LogFollower:
                 if left <= 0:
                     return
                 more = await self._wait(left, stop, room)
-            if not more:  # the time is up, ``stop`` was set, or the subscription ended
-                return
+            if not more:
+                # The time is up, ``stop`` was set or the subscription ended; or the wake-up was
+                # for events an earlier take already had (its ``set`` ran after ``_wait`` cleared
+                # the event): then the gathering goes on, as ``take``'s does.
+                with self._ready:
+                    ended = self._ended is not None
+                if ended or loop.time() >= until or (stop is not None and stop.is_set()):
+                    return
+                continue
             taken.extend(more)
 
     def _take(self, most: int) -> list[Notification] | None:
