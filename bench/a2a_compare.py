@@ -70,7 +70,7 @@ from bench.a2a_report import TABLE_HEADERS, against_c16, cpu_summary, rows_of, s
 from bench.a2a_servers import SERVERS, round_order, servers, settings_of
 from bench.common import base_parser, machine_info, table, write_results
 from bench.process_cpu import settle
-from bench.traced_up import WHAT_IFS
+from bench.traced_up import what_ifs
 
 MODES = ("blocking", "immediately", "stream")
 
@@ -137,10 +137,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.what_if is not None:
-        unknown = set(args.what_if.split(",")) - set(WHAT_IFS)
-        if unknown:
-            parser.error(f"--what-if: unknown {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
-        if "no-worker" in args.what_if.split(",") and set(args.modes) != {"immediately"}:
+        try:
+            names = what_ifs(args.what_if)
+        except ValueError as error:
+            parser.error(f"--what-if: {error}")
+        if "no-worker" in names and set(args.modes) != {"immediately"}:
             parser.error(
                 "--what-if no-worker needs --modes immediately: nothing would end a blocking call or a stream"
             )

@@ -171,10 +171,10 @@ def install() -> None:
     ]
     for owner, name, wrapper in wrapped:
         setattr(owner, name, wrapper)
-    whatif = {name for name in os.environ.get("BENCH_WHATIF", "").split(",") if name}
-    unknown = whatif - set(WHAT_IFS)
-    if unknown:
-        raise SystemExit(f"unknown BENCH_WHATIF: {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
+    try:
+        whatif = what_ifs(os.environ.get("BENCH_WHATIF", ""))
+    except ValueError as error:
+        raise SystemExit(f"BENCH_WHATIF: {error}") from None
     left_out: list[tuple[object, str, Callable[..., Any]]] = []
     if whatif & {"no-followers", *(f"no-{part}" for part in FOLLOWERS)}:
         left_out.append((commands, "_log_followers", _without(commands._log_followers, whatif)))
@@ -188,6 +188,15 @@ FOLLOWERS = ("relay", "projector", "dispatcher", "sequencer")
 """``commands._log_followers``'s parts, in the order it returns them."""
 WHAT_IFS = ("no-followers", *(f"no-{part}" for part in FOLLOWERS), "no-worker")
 """What ``$BENCH_WHATIF`` may name (comma-separated)."""
+
+
+def what_ifs(text: str) -> set[str]:
+    """The names of a comma-separated what-if list; ValueError for a name not in ``WHAT_IFS``."""
+    names = {name for name in text.split(",") if name}
+    unknown = names - set(WHAT_IFS)
+    if unknown:
+        raise ValueError(f"unknown {sorted(unknown)} (known: {', '.join(WHAT_IFS)})")
+    return names
 
 
 async def _idle_worker(settings: Any, store: Any, stop: asyncio.Event, *args: Any, **kwargs: Any) -> None:

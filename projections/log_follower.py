@@ -194,15 +194,8 @@ class LogFollower:
                 if left <= 0:
                     return
                 more = await self._wait(left, stop, room)
-            if not more:
-                # The time is up, ``stop`` was set or the subscription ended; or the wake-up was
-                # for events an earlier take already had (its ``set`` ran after ``_wait`` cleared
-                # the event): then the gathering goes on, as ``take``'s does.
-                with self._ready:
-                    ended = self._ended is not None
-                if ended or loop.time() >= until or (stop is not None and stop.is_set()):
-                    return
-                continue
+            if not more:  # the time is up, ``stop`` was set, or the subscription ended
+                return
             taken.extend(more)
 
     def _take(self, most: int) -> list[Notification] | None:
@@ -217,22 +210,33 @@ class LogFollower:
             return taken
 
     async def _wait(self, wait_s: float, stop: asyncio.Event | None, most: int) -> list[Notification]:
+        """What arrives within ``wait_s`` (``most`` at most), or nothing.
+
+        Empty once the time is up, ``stop`` is set or the subscription ended. A wake-up with nothing
+        to take (its events taken already by a take that ran before the loop ran the reader's
+        ``set``) waits again for the time that is left.
+        """
+        loop = asyncio.get_running_loop()
         if self._arrived is None:
             with self._ready:
-                self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
-        self._arrived.clear()
-        taken = self._take(most)  # what arrived before the reader knew of the loop, or since the clear
-        if taken is not None:
-            return taken
-        waits = [asyncio.ensure_future(self._arrived.wait())]
-        if stop is not None:
-            waits.append(asyncio.ensure_future(stop.wait()))
-        _, pending = await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-        for waiting in pending:
-            waiting.cancel()
-        if stop is not None and stop.is_set():
-            return []
-        return self._take(most) or []
+                self._loop, self._arrived = loop, asyncio.Event()
+        until = loop.time() + wait_s
+        while True:
+            self._arrived.clear()
+            taken = self._take(most)  # what arrived before the reader knew of the loop, or since the clear
+            if taken is not None:
+                return taken
+            left = until - loop.time()
+            if left <= 0:
+                return []
+            waits = [asyncio.ensure_future(self._arrived.wait())]
+            if stop is not None:
+                waits.append(asyncio.ensure_future(stop.wait()))
+            _, pending = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in pending:
+                waiting.cancel()
+            if stop is not None and stop.is_set():
+                return []
 
     def _signal(self) -> None:
         """Wake the consumer waiting on its loop (called by the reader, holding ``_ready``)."""
