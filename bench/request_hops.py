@@ -21,12 +21,17 @@ for an A/B of two versions hop by hop.
 ``--mode stream``: a ``SendStreamingMessage``'s way to its first event instead, from ``stream+``
 (the request parsed) to ``stream-`` (its first frame written; ``bench.traced_up``).
 
+``--pg-waits``: what each ``up``'s PostgreSQL backends did during its rounds, sampled every
+millisecond from ``pg_stat_activity`` (``bench.pg_waits``): running or waiting, on what, in which
+statement, as a share of the time and in milliseconds per request. It tells a statement's own
+work from its WAL flush and from a lock it waited for, which the hops do not.
+
 One client only: with more, the requests' marks interleave and a hop is no longer one request's.
 
     uv run python -m bench.request_hops [--quick] [--mode blocking|immediately|stream]
         [--rounds 3 --seconds 8]
         [--statements 400] [--what-if no-followers|no-relay|no-projector|no-dispatcher|no-sequencer|no-worker]
-        [--baseline-tree /path/to/another/checkout]
+        [--baseline-tree /path/to/another/checkout] [--pg-waits]
 """
 
 from __future__ import annotations
@@ -38,12 +43,17 @@ import logging
 import statistics
 import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from bench.a2a_load import body, run_round
 from bench.a2a_servers import round_order, servers
 from bench.common import base_parser, fresh_schema, machine_info, table, write_results
+from bench.pg_waits import WaitKey, WaitSampler, waits_table
+from bench.process_cpu import server_backends
 from bench.processes import SKILL_MODULES
 from bench.traced_up import WHAT_IFS
 
@@ -152,6 +162,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the second traced up from this checkout (an A/B of two versions; it needs bench.traced_up)",
     )
     parser.add_argument("--worker-concurrency", type=int, default=4)
+    parser.add_argument(
+        "--pg-waits",
+        action="store_true",
+        help="sample what each up's PostgreSQL backends wait on during its rounds (bench.pg_waits)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.statements = 1, 3.0, 150
@@ -168,6 +183,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env["longhaul-base"]["BENCH_WHATIF"] = args.what_if
     info = machine_info(args.database_url)
     per_s: dict[str, list[float]] = {name: [] for name in names}
+    waits: dict[str, collections.Counter[WaitKey]] = {name: collections.Counter() for name in names}
+    samples = dict.fromkeys(names, 0)
     with servers(
         names,
         args.database_url,
@@ -178,8 +195,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         up_module="bench.traced_up",
     ) as urls:
         for number in range(args.rounds):
-            for name, (url, _pid) in round_order(urls, number):
-                sample = asyncio.run(run_round(url, args.mode, 1, args.seconds, client_per_caller=True))
+            for name, (url, pid) in round_order(urls, number):
+                with ExitStack() as sampling:
+                    if args.pg_waits:
+                        sampler = sampling.enter_context(
+                            WaitSampler(args.database_url, pids=_backends(args.database_url, pid))
+                        )
+                    sample = asyncio.run(run_round(url, args.mode, 1, args.seconds, client_per_caller=True))
+                if args.pg_waits:
+                    waits[name] += sampler.counts
+                    samples[name] += sampler.samples
                 per_s[name].append(sample.per_s)
                 print(
                     f"round {number + 1} {label[name]:<20} {sample.per_s:7.1f} req/s, errors {sample.errors}"
@@ -194,6 +219,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if hops["between_p50_ms"] is not None:
             rows.append(["(last mark)", "(next call)", f"{hops['between_p50_ms']}", ""])
         print(table(["from", "to", "p50 ms", "mean ms"], rows))
+    pg_waits: dict[str, Any] = {}
+    for name in names if args.pg_waits else []:
+        rows_of = waits_table(waits[name], samples[name], statistics.fmean(per_s[name]))
+        pg_waits[label[name]] = {"samples": samples[name], "top": rows_of}
+        print(f"\n{label[name]}: its PostgreSQL backends, {samples[name]} samples")
+        rows = [[r["wait"], r["statement"], f"{100 * r['share']:.1f}", r["ms_per_request"]] for r in rows_of]
+        print(table(["running or waiting on", "statement", "% of the time", "ms per request"], rows))
     return {
         "machine": info,
         "mode": args.mode,
@@ -204,8 +236,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "req_per_s": {label[name]: values for name, values in per_s.items()},
         "hops": tables,
         "alone": alone,
+        "pg_waits": pg_waits or None,
         "logs": str(folder),
     }
+
+
+def _backends(database_url: str, pid: int) -> set[int]:
+    """The PostgreSQL backends of server ``pid`` now (by its connections)."""
+    with psycopg.connect(database_url, autocommit=True) as monitor:
+        backends = server_backends(monitor, pid)
+    if backends is None:
+        raise SystemExit(
+            "--pg-waits needs a TCP --database-url: on a unix socket the backends cannot be matched"
+        )
+    return backends
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ optionally as many clients as runners), measured before and after the longhaul r
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import shutil
 import statistics
@@ -43,6 +42,7 @@ from bench.common import (
     write_results,
 )
 from bench.noop_skills import noop_skill_name
+from bench.pg_waits import WaitSampler, waits_table
 from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
@@ -220,61 +220,6 @@ def xact_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-class PgSampler(threading.Thread):
-    """Samples ``pg_stat_activity`` for the sessions that touch the benchmark's schema.
-
-    Each sample counts sessions by (state, wait event, statement kind): how much of the time a
-    connection is waiting for the events table lock, executing, flushing WAL at commit, or idle
-    inside a transaction (the client, holding the lock, has not sent its next statement yet).
-    """
-
-    KINDS = (
-        ("longhaul_append", "append (one statement: lock, insert, commit)"),
-        ("LOCK TABLE", "lock table"),
-        ("INSERT INTO", "insert"),
-        ("NOTIFY", "notify"),
-        ("_snapshots", "select snapshot"),
-        ("_run_queue", "run-queue query"),
-        ("_events", "select events"),
-        ("COMMIT", "commit"),
-        ("SELECT 1", "pre-ping"),
-    )
-
-    def __init__(self, database_url: str, schema: str, interval: float = 0.01) -> None:
-        super().__init__(daemon=True)
-        self.database_url, self.schema, self.interval = database_url, schema, interval
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.samples = 0
-        self.halt = threading.Event()
-        self.conn = psycopg.connect(database_url, autocommit=True)
-
-    def kind(self, query: str) -> str:
-        for needle, name in self.KINDS:
-            if needle in query:
-                return name
-        return query.split(" ", 1)[0][:20]
-
-    def run(self) -> None:
-        statement = (
-            "SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), query"
-            " FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()"
-            " AND state <> 'idle' AND (query LIKE %s OR query IN ('COMMIT', 'BEGIN', 'SELECT 1', 'ROLLBACK'))"
-        )
-        pattern = f"%{self.schema}%"
-        while not self.halt.is_set():
-            rows = self.conn.execute(statement, (pattern,)).fetchall()
-            self.samples += 1
-            for state, wait_type, wait, query in rows:
-                self.counts[f"{state} | {wait_type}:{wait} | {self.kind(query)}"] += 1
-            time.sleep(self.interval)
-        self.conn.close()
-
-    def result(self) -> dict[str, float]:
-        """Mean number of sessions in each (state | wait | statement) per sample."""
-        n = max(self.samples, 1)
-        return {k: round(v / n, 3) for k, v in self.counts.most_common(20)}
-
-
 def worker_events(store: TaskApplication) -> list[tuple[str, uuid.UUID, float]]:
     """``(event class, task id, timestamp)`` of every worker-side event, in log order."""
     topics = [
@@ -365,7 +310,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         xact0, rollback0 = xact_counts(monitor)
         if args.py_spy:
             spy = start_py_spy(args.py_spy, workers[0].pid)
-        sampler = PgSampler(args.database_url, schema) if args.sample_pg else None
+        sampler = WaitSampler(args.database_url, schema=schema, every_s=0.01) if args.sample_pg else None
         if sampler is not None:
             sampler.start()
         t_submit = time.time()
@@ -378,8 +323,7 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
             done = completed_count(monitor, schema)
         t_done = time.time()
         if sampler is not None:
-            sampler.halt.set()
-            sampler.join(5)
+            sampler.stop()
         cpu1 = [tree_cpu_seconds(w.pid) for w in workers]
         xact1, rollback1 = xact_counts(monitor)
         if done < args.tasks:
@@ -422,7 +366,9 @@ def run_longhaul(args: argparse.Namespace, schema: str, workdir: Path) -> dict[s
         "pg_xact_note": "database-wide transactions (reads, other sessions on the machine included)",
         "pg_rollbacks_per_s": (rollback1 - rollback0) / wall,
         "runners": where_time_goes(events),
-        "pg_activity": sampler.result() if sampler is not None else {},
+        "pg_activity": waits_table(sampler.counts, sampler.samples, 0.0, top=20)
+        if sampler is not None
+        else [],
         "instrumented": [
             json.loads(path.read_text())
             for path in sorted(workdir.glob("worker*.stats.json"))
@@ -494,9 +440,9 @@ def instrumented_summary(index: int, stats: dict[str, Any], wall: float) -> str:
 
 def print_instrumented(longhaul: dict[str, Any]) -> None:
     if longhaul["pg_activity"]:
-        print("PostgreSQL sessions of this run, mean count per sample (state | wait | statement):")
-        for key, value in longhaul["pg_activity"].items():
-            print(f"  {value:6.2f}  {key}")
+        print("PostgreSQL sessions of this run, mean count per sample (running or waiting on | statement):")
+        for row in longhaul["pg_activity"]:
+            print(f"  {row['share']:6.2f}  {row['wait']} | {row['statement']}")
     for i, stats in enumerate(longhaul["instrumented"]):
         print(instrumented_summary(i, stats, longhaul["wall_seconds_submit_to_all_done"]))
 
