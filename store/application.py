@@ -168,9 +168,9 @@ class TaskApplication(Application[UUID]):
         return task
 
     def get_many(self, task_ids: Sequence[UUID]) -> dict[UUID, Task]:
-        """Rebuild several tasks with two queries in all (missing ids are left out).
+        """Rebuild several tasks with one statement in all (missing ids are left out).
 
-        The recorder fetches their latest snapshots, then the events after them: what ``get``
+        The recorder fetches their latest snapshots and the events after them: what ``get``
         does one task at a time (in memory there are no queries to save).
         """
         histories = self.run_queue.select_histories(list(dict.fromkeys(task_ids)))

@@ -131,6 +131,8 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         """The log after a position, as every follower reads it (``select_notifications``)."""
         self._rendered: dict[str, str] = {}
         """The run-queue reads' texts (``_query``), each rendered on its first use."""
+        self._histories: str | None = None
+        """The batch load's text (``select_histories``), rendered on its first use."""
         self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
         self._heads_lock = threading.Lock()
 
@@ -438,33 +440,41 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         return {r["task_id"]: r["tenant"] for r in rows}
 
     def select_histories(self, task_ids: Sequence[UUID]) -> dict[UUID, StoredHistory]:
-        """Latest snapshots, then the events after them: two queries for all of ``task_ids``."""
+        """Each task's latest snapshot and the events after it, for all of ``task_ids``.
+
+        One statement (``read_statement``): one round trip, and one snapshot of the database for
+        the snapshots and the events, where a transaction of two statements took four.
+        """
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return {}
-        schema = Identifier(self.datastore.schema)
-        with read_transaction(self.datastore) as curs:
-            curs.execute(
+        if self._histories is None:
+            self._histories = (
                 SQL(
-                    "SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic, state"
-                    " FROM {}.{} WHERE originator_id = ANY(%s)"
-                    " ORDER BY originator_id, originator_version DESC"
-                ).format(schema, Identifier(self.snapshots_table)),
-                (ids,),
+                    "WITH s AS (SELECT DISTINCT ON (originator_id) originator_id, originator_version, topic,"
+                    " state FROM {schema}.{snapshots} WHERE originator_id = ANY(%s)"
+                    " ORDER BY originator_id, originator_version DESC)"
+                    " SELECT true AS snapshot, originator_id, originator_version, topic, state FROM s"
+                    " UNION ALL"
+                    " SELECT false, e.originator_id, e.originator_version, e.topic, e.state"
+                    " FROM unnest(%s::uuid[]) AS k(id) JOIN {schema}.{events} e ON e.originator_id = k.id"
+                    " AND e.originator_version > coalesce("
+                    "(SELECT s.originator_version FROM s WHERE s.originator_id = k.id), 0)"
+                    " ORDER BY 2, 3"
+                )
+                .format(
+                    schema=Identifier(self.datastore.schema),
+                    snapshots=Identifier(self.snapshots_table),
+                    events=Identifier(self.events_table_name),
+                )
+                .as_string()
             )
-            snapshots = {row["originator_id"]: _stored(row) for row in curs.fetchall()}
-            after = [snapshots[i].originator_version if i in snapshots else 0 for i in ids]
-            curs.execute(
-                SQL(
-                    "SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {}.{} e"
-                    " JOIN unnest(%s::uuid[], %s::bigint[]) AS s(id, after)"
-                    " ON e.originator_id = s.id AND e.originator_version > s.after"
-                    " ORDER BY e.originator_id, e.originator_version"
-                ).format(schema, Identifier(self.events_table_name)),
-                (ids, after),
-            )
-            events: dict[UUID, list[StoredEvent]] = {}
-            for row in curs.fetchall():
+        snapshots: dict[UUID, StoredEvent] = {}
+        events: dict[UUID, list[StoredEvent]] = {}
+        for row in read_statement(self.datastore, self._histories, (ids, ids)):
+            if row["snapshot"]:
+                snapshots[row["originator_id"]] = _stored(row)
+            else:
                 events.setdefault(row["originator_id"], []).append(_stored(row))
         return {
             task_id: StoredHistory(snapshot=snapshots.get(task_id), events=events.get(task_id, []))
