@@ -34,10 +34,14 @@ SDK = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store"}
 REQUEST_PROFILE = (
     'docs/benchmarks.md §11 "The request path, hop by hop", "Session 29: one client\'s blocking send,'
     ' hop by hop" (`bench.request_hops` measures it again), "Session 30" (each thread\'s wake-ups,'
-    ' and the dispatcher\'s share) and "Session 34" (`bench.a2a_compare --what-if no-worker,no-followers`:'
-    " the request path and its commit alone, beside the same run's servers)"
+    ' and the dispatcher\'s share), "Session 34" (`bench.a2a_compare --what-if no-worker,no-followers`:'
+    ' the request path and its commit alone, beside the same run\'s servers) and "Session 35"'
+    " (`bench.request_hops --pg-waits`: what the appends' PostgreSQL backends run or wait on)"
 )
-STREAM_PROFILE = 'docs/benchmarks.md §11 "The stream path, hop by hop"'
+STREAM_PROFILE = (
+    'docs/benchmarks.md §11 "The stream path, hop by hop", "Session 34" (`bench.request_hops --mode'
+    ' stream`: the first event\'s hops) and "Session 35" (`--pg-waits`: what its statement waits on)'
+)
 
 ONE_CORE = 0.7
 """A process busy at least this share of a core over the window is taken as held on one core (one GIL)."""
