@@ -11,9 +11,10 @@ snapshot store switched off (a full replay of every event).
 
 from __future__ import annotations
 
+import argparse
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -32,12 +33,28 @@ from store.application import APP_NAME, SNAPSHOT_INTERVAL, TaskApplication
 from store.config import StoreConfig
 
 TARGET_MS = 20.0
+SHORT_EVENTS = 5  # about what a short task has when its caller reads it
 
 
-class ReplayTaskApplication(TaskApplication):
-    """The same store with its snapshot store switched off: every load replays every event."""
+class LibraryLoadTaskApplication(TaskApplication):
+    """The same store loading through the library's repository: a snapshot read, then an events read.
+
+    ``TaskApplication.get`` loads the task as it is with one statement (``get_many``); this is
+    how it loaded before, the same-run baseline of that statement.
+    """
 
     name = APP_NAME  # the library names tables after the application; keep the same tables
+
+    def get(self, task_id: uuid.UUID, version: int | None = None) -> Task:
+        task: Task = self.repository.get(task_id, version=version)
+        assert isinstance(task, Task)
+        return task
+
+
+class ReplayTaskApplication(LibraryLoadTaskApplication):
+    """The same store with its snapshot store switched off: every load replays every event."""
+
+    name = APP_NAME  # each subclass names itself unless it says otherwise
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
@@ -113,7 +130,24 @@ def time_loads(store: TaskApplication, task_id: uuid.UUID, loads: int, version: 
     return durations
 
 
-def main() -> None:
+def time_alternating(
+    stores: Sequence[TaskApplication], task_id: uuid.UUID, loads: int, version: int
+) -> list[list[float]]:
+    """``time_loads`` of several stores, one load of each in turn (the machine's drift is shared)."""
+    for store in stores:
+        store.get(task_id)
+    durations: list[list[float]] = [[] for _ in stores]
+    for _ in range(loads):
+        for store, times in zip(stores, durations, strict=True):
+            t0 = time.perf_counter()
+            task = store.get(task_id)
+            times.append(time.perf_counter() - t0)
+            assert task.version == version
+    return durations
+
+
+def arguments() -> argparse.Namespace:
+    """The command line, with ``--quick``'s sizes applied."""
     parser = base_parser(__doc__ or "")
     parser.add_argument("--events", type=int, default=10_000, help="events of the snapshot-at-head task")
     parser.add_argument("--loads", type=int, default=50, help="timed loads per case")
@@ -121,9 +155,17 @@ def main() -> None:
         "--replay-loads", type=int, default=None, help="timed full replays (default: --loads)"
     )
     parser.add_argument("--batch", type=int, default=500, help="events saved per transaction while building")
+    parser.add_argument(
+        "--short-loads", type=int, default=500, help=f"timed loads of a task of {SHORT_EVENTS} events"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.events, args.loads, args.replay_loads = 2_000, 20, 5
+        args.events, args.loads, args.replay_loads, args.short_loads = 2_000, 20, 5, 50
+    return args
+
+
+def main() -> None:
+    args = arguments()
     replay_loads = args.replay_loads or args.loads
     info = machine_info(args.database_url)
 
@@ -131,6 +173,7 @@ def main() -> None:
         config = StoreConfig(args.database_url, schema=schema, pool_size=2)
         store = TaskApplication(config)
         replay = ReplayTaskApplication(config)
+        library = LibraryLoadTaskApplication(config)
         plain = PlainProjectorTaskApplication(config)
         cached = TaskApplication(StoreConfig(args.database_url, schema=schema, pool_size=2, cache_size=16))
         try:
@@ -138,6 +181,7 @@ def main() -> None:
             tail_events = args.events + SNAPSHOT_INTERVAL - 1
             head_id, head_build = build_task(store, head_events, args.batch)
             tail_id, tail_build = build_task(store, tail_events, args.batch)
+            short_id, _ = build_task(store, SHORT_EVENTS, args.batch)
             print(
                 f"built tasks of {head_events:,} and {tail_events:,} events in "
                 f"{head_build:.1f} s and {tail_build:.1f} s "
@@ -156,21 +200,28 @@ def main() -> None:
                 ("full replay, no snapshot (baseline, +99)", replay, tail_id, tail_events, replay_loads),
                 ("what-if: worst case, plain projector", plain, tail_id, tail_events, args.loads),
                 ("aggregate cache, warm (reference)", cached, tail_id, tail_events, args.loads),
+                ("library's two reads: worst case", library, tail_id, tail_events, args.loads),
             ]
-            results: dict[str, Any] = {}
-            rows = []
-            for label, target, task_id, version, loads in cases:
-                stats = summary_ms(time_loads(target, task_id, loads, version))
-                results[label] = {"events": version, **stats}
-                rows.append(
-                    [label, version, stats["n"], stats["median_ms"], stats["p95_ms"], stats["max_ms"]]
-                )
+            timed = [
+                (label, version, time_loads(target, task_id, loads, version))
+                for label, target, task_id, version, loads in cases
+            ]
+            short = time_alternating((store, library), short_id, args.short_loads, SHORT_EVENTS)
+            timed.append((f"short task ({SHORT_EVENTS} events)", SHORT_EVENTS, short[0]))
+            timed.append((f"library's two reads: short task ({SHORT_EVENTS} events)", SHORT_EVENTS, short[1]))
         finally:
+            library.close()
             cached.close()
             plain.close()
             replay.close()
             store.close()
 
+    results: dict[str, Any] = {}
+    rows = []
+    for label, version, durations in timed:
+        stats = summary_ms(durations)
+        results[label] = {"events": version, **stats}
+        rows.append([label, version, stats["n"], stats["median_ms"], stats["p95_ms"], stats["max_ms"]])
     worst = results[f"snapshot + {SNAPSHOT_INTERVAL - 1} events (worst case)"]
     base = results["full replay, no snapshot (baseline, +99)"]
     speedup = base["median_ms"] / worst["median_ms"]
@@ -179,6 +230,12 @@ def main() -> None:
     print(table(["case", "events", "loads", "median ms", "p95 ms", "max ms"], rows))
     print()
     print(f"speed-up of snapshots (worst case) over full replay, medians: {speedup:,.0f}x")
+    one = results[f"short task ({SHORT_EVENTS} events)"]["median_ms"]
+    two = results[f"library's two reads: short task ({SHORT_EVENTS} events)"]["median_ms"]
+    print(
+        f"a short task's load, one statement against the library's two reads, medians: "
+        f"{one:.3f} against {two:.3f} ms ({one / two:.2f}x)"
+    )
     print(
         f"target: p95 < {TARGET_MS:.0f} ms with snapshots (worst case): "
         f"{'MET' if met else 'MISSED'} ({worst['p95_ms']:.2f} ms)"
@@ -197,6 +254,7 @@ def main() -> None:
             },
             "cases": results,
             "speedup_median_worst_case": round(speedup, 1),
+            "short_task_one_statement_ratio": round(one / two, 3),
             "target_ms": TARGET_MS,
             "target_met": met,
             "replay_us_per_event": round(base["median_ms"] * 1000 / base["events"], 1),

@@ -56,7 +56,7 @@ from store.messages import agent_message, params_of
 from store.migrations import MigrationReport
 from store.postgres import PostgresRunQueueRecorder
 from store.retention import RetentionPolicy, span
-from store.retry import AsyncSave, Command, run_with_retries, run_with_retries_async
+from store.retry import AsyncSave, Command, retry_lost_connection, run_with_retries, run_with_retries_async
 from store.run_queue import RunQueue, RunQueueRow
 from store.secret_parts import holds_sealed, needs_sealing, redact_message, reveal_message, seal_message
 from store.statistics import TableStatistics
@@ -145,7 +145,18 @@ class TaskApplication(Application[UUID]):
         return TableStatistics(recorder.datastore)
 
     def get(self, task_id: UUID, version: int | None = None) -> Task:
-        """Rebuild a task from its snapshot and events (at ``version``, if given)."""
+        """Rebuild a task from its snapshot and events (at ``version``, if given).
+
+        The task as it is loads with one statement (``get_many``, tried again after a lost
+        connection as the library's own reads are); a past version, or any version while the
+        library's aggregate cache is on, through the library's repository (a snapshot read and an
+        events read).
+        """
+        if version is None and self.repository.cache is None:
+            found = retry_lost_connection(functools.partial(self.get_many, [task_id])).get(task_id)
+            if found is None:
+                raise TaskNotFoundError(str(task_id))
+            return found
         try:
             task: Task = self.repository.get(task_id, version=version)
         except AggregateNotFoundError as error:

@@ -17,8 +17,9 @@ through its group committer.
 The pools lend connections without a check query (``store.config``): a connection whose
 backend is gone (killed, or the server restarted) fails at its first statement. The library's
 recorder methods retry that themselves; longhaul's own statements that run outside them (the
-worker's run-queue reads, the views' reads and writes) go through ``retry_lost_connection``,
-which tries the whole call again on another connection (the pool drops a broken one).
+worker's run-queue reads, the loads of ``TaskApplication.get``, the views' reads and writes) go
+through ``retry_lost_connection``, which tries the whole call again on another connection (the
+pool drops a broken one).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def test_use_cases_and_own_statements_recover_from_killed_backends(
     assert retry_lost_connection(claimable) == [task.id]
 
     _kill_backends(store_config.database_url, app_name)
-    # The library's recorder methods retry by themselves: a load, and an append.
+    # A load (one statement of longhaul's, tried again) and an append (the library's) retry by themselves.
     assert store.get(task.id).version == task.version
     other = new_task(_clock())
     store.save_tasks(other)

@@ -50,6 +50,7 @@ READS: dict[str, tuple[Callable[[TaskApplication, Any], object], str]] = {
     "claimable": (lambda s, t: s.run_queue.claimable(NOW, 16, [("echo", 1)]), "ORDER BY lease_until"),
     "next_lease_end": (lambda s, t: s.run_queue.next_lease_end([("echo", 1)]), "min(lease_until)"),
     "get_many": (lambda s, t: s.get_many([t.id]), "FROM s WHERE s.originator_id = k.id"),
+    "get": (lambda s, t: s.get(t.id), "FROM s WHERE s.originator_id = k.id"),
     "task_notifications": (lambda s, t: _recorder(s).task_notifications(t.id, after=0), "LIMIT"),
     "select_notifications": (
         lambda s, t: _recorder(s).select_notifications(1, 10),
@@ -118,6 +119,7 @@ ONE_STATEMENT: dict[str, Callable[[TaskApplication, Any], object]] = {
     "task_notifications": READS["task_notifications"][0],
     "select_notifications": READS["select_notifications"][0],
     "get_many": READS["get_many"][0],
+    "get": READS["get"][0],
     "task key": lambda s, t: _recorder(s).task_keys.get(t.id),
 }
 

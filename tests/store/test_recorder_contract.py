@@ -264,7 +264,7 @@ def _task_with(store: TaskApplication, checkpoints: int) -> Task:
     return task
 
 
-def test_get_many_equals_get(any_store: TaskApplication) -> None:
+def test_get_many_equals_the_librarys_load(any_store: TaskApplication) -> None:
     fresh, short, snapshotted = (_task_with(any_store, n) for n in (0, 5, SNAPSHOT_INTERVAL + 7))
     assert any_store.snapshots is not None
     assert list(any_store.snapshots.get(snapshotted.id))  # it loads through a snapshot
@@ -273,7 +273,7 @@ def test_get_many_equals_get(any_store: TaskApplication) -> None:
 
     assert set(many) == {fresh.id, short.id, snapshotted.id}  # an unknown id is left out
     for task_id, task in many.items():
-        one = any_store.get(task_id)
+        one = any_store.repository.get(task_id)  # the library's load: a snapshot read, then events
         assert task.version == one.version
         assert vars(task) == vars(one)
     assert many[snapshotted.id].checkpoint == {"n": SNAPSHOT_INTERVAL + 6}
