@@ -132,18 +132,23 @@ def time_loads(store: TaskApplication, task_id: uuid.UUID, loads: int, version: 
 
 def time_alternating(
     stores: Sequence[TaskApplication], task_id: uuid.UUID, loads: int, version: int
-) -> list[list[float]]:
-    """``time_loads`` of several stores, one load of each in turn (the machine's drift is shared)."""
+) -> list[tuple[list[float], float]]:
+    """``time_loads`` of several stores, one load of each in turn (the machine's drift is shared).
+
+    Per store: each load's wall time, and the calling thread's CPU per load (ms, the mean).
+    """
     for store in stores:
         store.get(task_id)
     durations: list[list[float]] = [[] for _ in stores]
+    cpu = [0.0 for _ in stores]
     for _ in range(loads):
-        for store, times in zip(stores, durations, strict=True):
-            t0 = time.perf_counter()
+        for n, store in enumerate(stores):
+            c0, t0 = time.thread_time(), time.perf_counter()
             task = store.get(task_id)
-            times.append(time.perf_counter() - t0)
+            durations[n].append(time.perf_counter() - t0)
+            cpu[n] += time.thread_time() - c0
             assert task.version == version
-    return durations
+    return [(times, spent * 1000 / loads) for times, spent in zip(durations, cpu, strict=True)]
 
 
 def arguments() -> argparse.Namespace:
@@ -206,9 +211,13 @@ def main() -> None:
                 (label, version, time_loads(target, task_id, loads, version))
                 for label, target, task_id, version, loads in cases
             ]
-            short = time_alternating((store, library), short_id, args.short_loads, SHORT_EVENTS)
-            timed.append((f"short task ({SHORT_EVENTS} events)", SHORT_EVENTS, short[0]))
-            timed.append((f"library's two reads: short task ({SHORT_EVENTS} events)", SHORT_EVENTS, short[1]))
+            (one_statement, one_cpu), (two_reads, two_cpu) = time_alternating(
+                (store, library), short_id, args.short_loads, SHORT_EVENTS
+            )
+            timed.append((f"short task ({SHORT_EVENTS} events)", SHORT_EVENTS, one_statement))
+            timed.append(
+                (f"library's two reads: short task ({SHORT_EVENTS} events)", SHORT_EVENTS, two_reads)
+            )
         finally:
             library.close()
             cached.close()
@@ -234,7 +243,8 @@ def main() -> None:
     two = results[f"library's two reads: short task ({SHORT_EVENTS} events)"]["median_ms"]
     print(
         f"a short task's load, one statement against the library's two reads, medians: "
-        f"{one:.3f} against {two:.3f} ms ({one / two:.2f}x)"
+        f"{one:.3f} against {two:.3f} ms ({one / two:.2f}x); the thread's CPU per load "
+        f"{one_cpu:.3f} against {two_cpu:.3f} ms ({one_cpu / two_cpu:.2f}x)"
     )
     print(
         f"target: p95 < {TARGET_MS:.0f} ms with snapshots (worst case): "
@@ -255,6 +265,7 @@ def main() -> None:
             "cases": results,
             "speedup_median_worst_case": round(speedup, 1),
             "short_task_one_statement_ratio": round(one / two, 3),
+            "short_task_cpu_ms": {"one_statement": round(one_cpu, 4), "library": round(two_cpu, 4)},
             "target_ms": TARGET_MS,
             "target_met": met,
             "replay_us_per_event": round(base["median_ms"] * 1000 / base["events"], 1),
