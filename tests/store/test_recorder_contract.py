@@ -276,6 +276,7 @@ def test_get_many_equals_the_librarys_load(any_store: TaskApplication) -> None:
         one = any_store.repository.get(task_id)  # the library's load: a snapshot read, then events
         assert task.version == one.version
         assert vars(task) == vars(one)
+        assert vars(any_store.get(task_id)) == vars(one)  # get loads with get_many's statement
     assert many[snapshotted.id].checkpoint == {"n": SNAPSHOT_INTERVAL + 6}
     assert any_store.get_many([]) == {}
 
