@@ -273,7 +273,7 @@ def test_get_many_equals_the_librarys_load(any_store: TaskApplication) -> None:
 
     assert set(many) == {fresh.id, short.id, snapshotted.id}  # an unknown id is left out
     for task_id, task in many.items():
-        one = any_store.repository.get(task_id)  # the library's load: a snapshot read, then events
+        one: Task = any_store.repository.get(task_id)  # the library's load: a snapshot read, then events
         assert task.version == one.version
         assert vars(task) == vars(one)
         assert vars(any_store.get(task_id)) == vars(one)  # get loads with get_many's statement
