@@ -29,10 +29,14 @@ from typing import Any, Self
 import httpx
 
 from longhaul.embedded import nats_server_binary
-from tests.support.processes import free_port
+from tests.support.processes import free_port, free_ports
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 20.0
+PORT_TAKEN = "address already in use"
+"""What ``nats-server`` logs when a port it was given is taken (it then exits)."""
+PORT_TRIES = 3
+"""How many sets of ports a cluster's start tries."""
 
 
 class NatsServer:
@@ -48,6 +52,7 @@ class NatsServer:
         *,
         name: str = "n1",
         port: int | None = None,
+        monitor_port: int | None = None,
         cluster_name: str | None = None,
         cluster_port: int | None = None,
         routes: tuple[int, ...] = (),
@@ -55,7 +60,7 @@ class NatsServer:
         self.name = name
         self.data_dir = data_dir
         self.port = port or free_port()
-        self.monitor_port = free_port()
+        self.monitor_port = monitor_port or free_port()
         self.cluster_name = cluster_name
         self.cluster_port = cluster_port
         self.routes = routes
@@ -161,17 +166,26 @@ class NatsCluster:
     """``size`` JetStream nodes ``n1``…``nN`` routed to each other, stores under ``data_dir/<name>``."""
 
     def __init__(self, data_dir: Path, *, size: int = 3, name: str = "longhaul-test") -> None:
-        cluster_ports = [free_port() for _ in range(size)]
         self.name = name
-        self.nodes = [
+        self._data_dir = data_dir
+        self._size = size
+        self.nodes = self._new_nodes()
+
+    def _new_nodes(self) -> list[NatsServer]:
+        """The nodes, on ports free right now, all different (a node keeps them once started)."""
+        ports = free_ports(3 * self._size)
+        cluster_ports = ports[: self._size]
+        return [
             NatsServer(
-                data_dir / f"n{i + 1}",
+                self._data_dir / f"n{i + 1}",
                 name=f"n{i + 1}",
-                cluster_name=name,
+                port=ports[self._size + 2 * i],
+                monitor_port=ports[self._size + 2 * i + 1],
+                cluster_name=self.name,
                 cluster_port=cluster_ports[i],
                 routes=tuple(p for j, p in enumerate(cluster_ports) if j != i),
             )
-            for i in range(size)
+            for i in range(self._size)
         ]
 
     @property
@@ -196,7 +210,24 @@ class NatsCluster:
         return [node for node in self.nodes if node.alive()]
 
     def start(self) -> Self:
-        """Start every node; return once all are healthy and agree on a JetStream meta leader."""
+        """Start every node; return once all are healthy and agree on a JetStream meta leader.
+
+        A port is chosen free and bound later by the node, so another socket can take it in
+        between (an outgoing connection's ephemeral port): a node that exits with
+        "address already in use" starts the cluster again on new ports, at most ``PORT_TRIES``
+        times. A start that fails stops the nodes it started, so no process outlives it.
+        """
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                return self._start_once()
+            except AssertionError as error:
+                self.stop()
+                if attempt == PORT_TRIES or PORT_TAKEN not in str(error):
+                    raise
+                self.nodes = self._new_nodes()
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _start_once(self) -> Self:
         for node in self.nodes:
             node.start(wait=False)
         for node in self.nodes:

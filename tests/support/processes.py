@@ -21,10 +21,23 @@ from longhaul.settings import Settings
 
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports nobody listens on right now.
+
+    Each is held until all are chosen: ``free_port()`` called again may give a port it gave
+    before, once the socket that found it is closed.
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def settings_env(settings: Settings, **overrides: str) -> dict[str, str]:
