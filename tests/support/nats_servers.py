@@ -29,7 +29,7 @@ from typing import Any, Self
 import httpx
 
 from longhaul.embedded import nats_server_binary
-from tests.support.processes import free_port, free_ports
+from tests.support.processes import free_ports
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 20.0
@@ -59,8 +59,9 @@ class NatsServer:
     ) -> None:
         self.name = name
         self.data_dir = data_dir
-        self.port = port or free_port()
-        self.monitor_port = monitor_port or free_port()
+        chosen = iter(free_ports(2))  # two different ports, used where none was given
+        self.port = port or next(chosen)
+        self.monitor_port = monitor_port or next(chosen)
         self.cluster_name = cluster_name
         self.cluster_port = cluster_port
         self.routes = routes
