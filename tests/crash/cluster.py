@@ -45,6 +45,15 @@ class Cluster:
         self.processes: list[LonghaulProcess] = []
         self._count = itertools.count(1)
         self._pending: list[tuple[str, LonghaulProcess]] = []
+        self._ports: set[int] = set()
+
+    def _port(self) -> int:
+        """A free port no process of this cluster was given: one started in the background (the
+        fake IAM) may not have bound its own yet, and ``free_port`` would give it out again."""
+        while (port := free_port()) in self._ports:
+            pass
+        self._ports.add(port)
+        return port
 
     def env(self, **overrides: str) -> dict[str, str]:
         """The environment of a child process: the settings, the cluster's and these overrides."""
@@ -87,7 +96,7 @@ class Cluster:
 
     def gateway(self, **overrides: str) -> str:
         """A gateway process; returns its base URL once it answers."""
-        port = free_port()
+        port = self._port()
         process = self.start(["gateway"], port=str(port), **overrides)
         base = f"http://127.0.0.1:{port}"
         wait_for_http(f"{base}/.well-known/agent-card.json", STARTUP_TIMEOUT, process)
@@ -105,7 +114,7 @@ class Cluster:
 
         It starts in the background: the next ``worker``/``gateway``/``ready`` call waits for it.
         """
-        port = free_port()
+        port = self._port()
         process = self.start(["fake-iam", "--port", str(port)])
         base = f"http://127.0.0.1:{port}"
         self._pending.append((f"{base}/health", process))
