@@ -120,22 +120,18 @@ def build_task(store: TaskApplication, events: int, batch: int) -> tuple[uuid.UU
 
 
 def time_loads(store: TaskApplication, task_id: uuid.UUID, loads: int, version: int) -> list[float]:
-    store.get(task_id)  # warm: connection, prepared statements
-    durations = []
-    for _ in range(loads):
-        t0 = time.perf_counter()
-        task = store.get(task_id)
-        durations.append(time.perf_counter() - t0)
-        assert task.version == version
+    """Each load's wall time, after one load to warm up (connection, prepared statements)."""
+    [(durations, _)] = time_alternating([store], task_id, loads, version)
     return durations
 
 
 def time_alternating(
     stores: Sequence[TaskApplication], task_id: uuid.UUID, loads: int, version: int
 ) -> list[tuple[list[float], float]]:
-    """``time_loads`` of several stores, one load of each in turn (the machine's drift is shared).
+    """Loads of several stores, one load of each in turn (the machine's drift is shared).
 
-    Per store: each load's wall time, and the calling thread's CPU per load (ms, the mean).
+    Per store: each load's wall time, and the calling thread's CPU per load (ms, the mean). Each
+    store loads once first, untimed, to warm up.
     """
     for store in stores:
         store.get(task_id)
