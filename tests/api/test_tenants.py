@@ -255,10 +255,14 @@ class TestUnauthenticated:
         with pytest.raises(UnauthenticatedError):
             caller_tenant(connection, "acme")
 
-    async def test_the_scheme_name_is_case_insensitive(self, http: httpx.AsyncClient) -> None:
+    async def test_the_scheme_name_is_case_insensitive(
+        self, http: httpx.AsyncClient, store: TaskApplication
+    ) -> None:
         caller = Caller(http, {**A2A_HEADERS, "Authorization": f"bearer {ACME_KEY}"})
 
-        assert "result" in await caller.call("SendMessage", {"message": user_message()})
+        task = await caller.new_task()  # returnImmediately: no worker runs, nothing to wait for
+
+        assert store.get(UUID(task["id"])).tenant == "acme"
 
     async def test_the_agent_card_and_the_metrics_stay_public(self, http: httpx.AsyncClient) -> None:
         card = await http.get("/.well-known/agent-card.json")

@@ -8,7 +8,9 @@ import socket
 import time
 
 import httpx
+import pytest
 
+from longhaul import commands
 from longhaul.commands import HTTP_KEEPALIVE_S, _listen, _run_all, _serve
 from longhaul.demo import fake_iam
 
@@ -69,20 +71,37 @@ async def test_keep_alive_requests_do_not_wait_for_a_delayed_ack() -> None:
 HTTPX_KEEPALIVE_S = 5.0
 """httpx's own ``keepalive_expiry``: a connection idle this long is the client's to close, not ours."""
 
+SCALED_KEEPALIVE_S = 0.4
+"""``HTTP_KEEPALIVE_S`` for the served test: the same setting, at a scale a unit test can wait out."""
 
-async def test_an_idle_keep_alive_connection_outlives_the_clients_expiry() -> None:
+
+def test_the_gateway_keeps_an_idle_connection_longer_than_clients_keep_theirs() -> None:
     """The gateway must not close an idle connection while a client still reuses it (ADR 0035)."""
     assert HTTPX_KEEPALIVE_S < HTTP_KEEPALIVE_S
+
+
+async def test_an_idle_keep_alive_connection_lives_as_long_as_the_keep_alive_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``_serve`` gives uvicorn is what an idle connection gets: reused before, closed after.
+
+    With ``HTTP_KEEPALIVE_S`` scaled down, a request after half of it idle is answered on the same
+    connection, and the gateway closes the connection only once all of it has passed (with
+    uvicorn's default of 5 s in effect instead, the close would come late and the test fail).
+    """
+    monkeypatch.setattr(commands, "HTTP_KEEPALIVE_S", SCALED_KEEPALIVE_S)
     sock = _listen("127.0.0.1", 0)
     stop = asyncio.Event()
     serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
     request = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
+    loop = asyncio.get_running_loop()
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
             await _until_serving(client)
         reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
         answers = []
         for _ in range(2):
+            asked = loop.time()  # the gateway's idle timer starts after this, at its answer
             writer.write(request)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             length = int(
@@ -92,12 +111,16 @@ async def test_an_idle_keep_alive_connection_outlives_the_clients_expiry() -> No
             )
             await reader.readexactly(length)
             answers.append(head.split(b"\r\n")[0])
-            await asyncio.sleep(HTTPX_KEEPALIVE_S + 0.5)  # idle as long as httpx would keep it
+            await asyncio.sleep(SCALED_KEEPALIVE_S / 2)  # idle, but less than the setting
+        closed = await asyncio.wait_for(reader.read(), 3)  # b"" once the gateway closes it
+        lived = loop.time() - asked
         writer.close()
     finally:
         stop.set()
         await serving
     assert answers == [b"HTTP/1.1 200 OK"] * 2
+    assert closed == b""
+    assert SCALED_KEEPALIVE_S <= lived < SCALED_KEEPALIVE_S + 2, lived
 
 
 async def _until_serving(client: httpx.AsyncClient) -> None:
