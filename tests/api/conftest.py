@@ -9,7 +9,6 @@ store on this test's PostgreSQL schema instead: races and loads where PostgreSQL
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -17,10 +16,9 @@ import pytest
 import pytest_asyncio
 from litestar import Litestar
 
-from api.app import create_app
 from store.application import TaskApplication
 from store.config import MemoryConfig
-from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
+from tests.api.support import A2A_HEADERS, Advance, FakeClock, Rpc, gateway_app, http_client
 
 JSON = dict[str, Any]
 
@@ -47,18 +45,7 @@ def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar
     """Build the app over the test store; keyword arguments override ``create_app``'s."""
 
     def build(**overrides: Any) -> Litestar:
-        arguments: JSON = {
-            "store": store,
-            "registry": make_registry(),
-            "clock": clock,
-            "default_skill": "echo",
-            "max_pause": timedelta(days=7),
-            "retention": timedelta(days=30),
-            "public_url": PUBLIC_URL,
-            "blocking_timeout_s": 10.0,
-        }
-        arguments.update(overrides)
-        return create_app(**arguments)
+        return gateway_app(store, clock, **overrides)
 
     return build
 

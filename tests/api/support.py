@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4, uuid5
 
 import httpx
+import pytest
+import pytest_asyncio
 from litestar import Litestar
 
+from api.app import create_app
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
 from store.application import TASK_ID_NAMESPACE, TaskApplication
+from store.config import MemoryConfig
 
 JSON = dict[str, Any]
 PUBLIC_URL = "http://gateway.test:8080"
@@ -60,6 +64,56 @@ def http_client(app: Litestar) -> httpx.AsyncClient:
     """
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # Litestar's precise ASGI types
     return httpx.AsyncClient(transport=transport, base_url="http://gateway.test", headers=A2A_HEADERS)
+
+
+def gateway_app(store: TaskApplication, clock: FakeClock, **overrides: Any) -> Litestar:
+    """The gateway app of these tests over ``store``; keyword arguments override ``create_app``'s."""
+    arguments: JSON = {
+        "store": store,
+        "registry": make_registry(),
+        "clock": clock,
+        "default_skill": "echo",
+        "max_pause": timedelta(days=7),
+        "retention": timedelta(days=30),
+        "public_url": PUBLIC_URL,
+        "blocking_timeout_s": 10.0,
+    }
+    arguments.update(overrides)
+    return create_app(**arguments)
+
+
+class OneGatewayPerClass:
+    """Base of a test class whose every test is checked to append nothing: one app for the class.
+
+    Building the app is most of a short gateway test's time (Litestar registers every route anew,
+    about 50 ms). A class whose tests each assert that the log did not move (a fixture of its
+    module) leaves the store as it found it, empty, so each of its tests sees what a store of its
+    own would show. The app's limit on requests in flight is its fixed ceiling (target 0), so no
+    test's timing moves the limit a later test meets. A test's own ``make_app(...)`` still builds
+    a fresh app (over the class's store).
+    """
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def store(cls) -> Iterator[TaskApplication]:
+        application = TaskApplication(MemoryConfig())
+        yield application
+        application.close()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def clock(cls) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def class_app(cls, store: TaskApplication, clock: FakeClock) -> Litestar:
+        return gateway_app(store, clock, overload_target_s=0)
+
+    @pytest_asyncio.fixture
+    async def client(self, class_app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+        async with http_client(class_app) as http:
+            yield http
 
 
 def user_message(text: str = "hello", *, message_id: str | None = None, **extra: Any) -> JSON:

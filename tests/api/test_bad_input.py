@@ -16,7 +16,7 @@ import pytest
 from litestar import Litestar
 
 from store.application import TaskApplication
-from tests.api.support import http_client, log_position, user_message
+from tests.api.support import OneGatewayPerClass, http_client, log_position, user_message
 
 JSON = dict[str, Any]
 BINDINGS = ["jsonrpc", "rest"]
@@ -103,7 +103,7 @@ LONE_SURROGATE = b'{"message": {"messageId": "m", "role": "ROLE_USER", "parts": 
 
 @pytest.mark.usefixtures("nothing_appended")
 @pytest.mark.parametrize("binding", BINDINGS)
-class TestBodies:
+class TestBodies(OneGatewayPerClass):
     @pytest.mark.parametrize(
         "body",
         [
@@ -143,7 +143,7 @@ class TestBodies:
 
 @pytest.mark.usefixtures("nothing_appended")
 @pytest.mark.parametrize("binding", BINDINGS)
-class TestParams:
+class TestParams(OneGatewayPerClass):
     @pytest.mark.parametrize(
         ("params", "violations"),
         [

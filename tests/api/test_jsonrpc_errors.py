@@ -10,7 +10,7 @@ import pytest
 
 from api.service import A2AService
 from store.application import TaskApplication
-from tests.api.support import Rpc, error_of, log_position, user_message
+from tests.api.support import OneGatewayPerClass, Rpc, error_of, log_position, user_message
 
 JSON = dict[str, Any]
 ENDPOINT = "/a2a/jsonrpc"
@@ -33,7 +33,7 @@ def _nothing_appended(store: TaskApplication) -> Any:
     assert log_position(store) == before
 
 
-class TestTransport:
+class TestTransport(OneGatewayPerClass):
     @pytest.mark.parametrize("body", [b"{", b"", b"\xff\xfe", b'{"a": NaN}', b"[" * 100_000])
     async def test_malformed_json_is_a_parse_error(self, client: httpx.AsyncClient, body: bytes) -> None:
         response = await _post(client, body)
@@ -79,7 +79,7 @@ class TestTransport:
         error_of(response.json(), -32602, "INVALID_PARAMS")  # unknown skill: the body was parsed
 
 
-class TestEnvelope:
+class TestEnvelope(OneGatewayPerClass):
     @pytest.mark.parametrize(
         "document",
         [
@@ -140,7 +140,7 @@ class TestEnvelope:
         assert "longhaul projector" in error["message"]
 
 
-class TestParams:
+class TestParams(OneGatewayPerClass):
     @pytest.mark.parametrize(
         ("params", "field"),
         [
@@ -218,7 +218,7 @@ class TestParams:
         error_of(response, -32001, "TASK_NOT_FOUND")
 
 
-class TestVersion:
+class TestVersion(OneGatewayPerClass):
     @pytest.mark.parametrize("version", ["0.3", "99.0", "1.1", "1", "one", "1.0.x"])
     async def test_other_versions_are_refused(self, rpc: Rpc, version: str) -> None:
         response = await rpc("GetTask", {"id": "x"}, headers={"A2A-Version": version})
@@ -248,7 +248,7 @@ class TestVersion:
         error_of(response.json(), -32001, "TASK_NOT_FOUND")
 
 
-class TestInternalErrors:
+class TestInternalErrors(OneGatewayPerClass):
     async def test_an_unexpected_failure_is_a_generic_internal_error_and_logged(
         self, rpc: Rpc, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
