@@ -49,8 +49,8 @@ from api.waiting import PollingWaiter, TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
 from projections.task_view import open_view
-from store.application import TaskApplication
-from store.signed_notes import VerifierKey
+from store.evidence import VerifierKey
+from store.log import TaskApplication
 
 JSON_MEDIA_TYPE = "application/json"
 

@@ -2,15 +2,15 @@
 
 ``GET /audit/v1/tasks/{id}/events``, ``GET /audit/v1/tasks/{id}/state?version=N`` and
 ``GET /audit/v1/tasks/{id}/effects`` answer the documents ``longhaul history --json`` prints
-(``store.audit_trail``, ``projections.task_state``). They are authenticated and tenant-scoped like
-the A2A methods: the caller's tenant is ``caller_tenant``'s (the key's; on an open gateway the
-``tenant`` query parameter, else the default), and the task is loaded as GetTask loads it
+(``store.evidence.audit_trail``, ``store.public_form.task_state``). They are authenticated and
+tenant-scoped like the A2A methods: the caller's tenant is ``caller_tenant``'s (the key's; on an open
+gateway the ``tenant`` query parameter, else the default), and the task is loaded as GetTask loads it
 (``A2AService.visible_task``), so another tenant's task, or an expired one, is TaskNotFound (404).
 Errors are ``google.rpc.Status`` bodies with their HTTP status, as on the HTTP+JSON binding; a
 version that is not a whole number from 1 to the task's last is InvalidParams (400) naming
 ``version``.
 
-``GET /audit/v1/tasks/{id}/receipt`` answers the task's receipt (``store.receipts``: the latest
+``GET /audit/v1/tasks/{id}/receipt`` answers the task's receipt (``store.evidence.receipts``: the latest
 signed checkpoint and the inclusion proof of the task's last event it covers), scoped the same
 way; while no signed checkpoint covers the task it is NOT_CHECKPOINTED (404). The log's public
 side needs no key: ``GET /audit/v1/log-key`` answers its verifier keys, one a line, and
@@ -47,12 +47,9 @@ from api.errors import (
 )
 from api.service import A2AService
 from domain.task import Task
-from projections.event_json import dumps
-from projections.task_state import task_state_json
-from store.application import TaskApplication
-from store.audit_trail import audit_events, effects_document, effects_of, events_document
-from store.errors import NoSuchVersionError
-from store.signed_notes import VerifierKey
+from store.evidence import VerifierKey, audit_events, effects_document, effects_of, events_document
+from store.log import NoSuchVersionError, TaskApplication
+from store.public_form import dumps, task_state_json
 
 JSON = dict[str, Any]
 AnyRequest = Request[Any, Any, State]

@@ -3,9 +3,9 @@
 ``/audit/`` searches by task id; ``/audit/tasks/{id}`` shows the task's events (version, time,
 actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
 plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
-Everything is read from the log (``store.audit_trail``, ``TaskApplication.task_at``) and the
-delivery record (``store.deliveries``) at request time, with the verification status of the task's
-hash chain and of the signed checkpoint covering it (``store.task_verification``, with the log's
+Everything is read from the log (``store.evidence.audit_trail``, ``TaskApplication.task_at``) and the
+delivery record (``store.deliveries.records``) at request time, with the verification status of the task's
+hash chain and of the signed checkpoint covering it (``store.evidence.task_verification``, with the log's
 verifier keys the gateway was given); the templates (``api/templates/audit/``)
 escape every value. The pages are tenant-scoped like the A2A methods (``caller_tenant``): with
 API keys a browser signs in with HTTP Basic, the key as the password (ADR 0028). Every answer
@@ -37,16 +37,25 @@ from api.authentication import BROWSER_PAGE, CALLER, Caller, caller_tenant
 from api.errors import A2AError
 from api.service import DEFAULT_TENANT
 from domain.task import Task
-from projections.task_wire import iso_millis, task_to_wire
-from store.application import TaskApplication
-from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
-from store.config import StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import NoSuchVersionError, TaskNotFoundError
-from store.memory import MemoryRunQueueRecorder
-from store.postgres import PostgresRunQueueRecorder
-from store.signed_notes import VerifierKey
-from store.task_verification import TaskVerification, verify_task
+from store.evidence import (
+    AuditEvent,
+    Effect,
+    TaskVerification,
+    VerifierKey,
+    audit_events,
+    effects_of,
+    verify_task,
+)
+from store.log import (
+    MemoryRunQueueRecorder,
+    NoSuchVersionError,
+    PostgresRunQueueRecorder,
+    StoreConfig,
+    TaskApplication,
+    TaskNotFoundError,
+)
+from store.public_form import iso_millis, task_to_wire
 
 AUDIT_PATH = "/audit"
 log = logging.getLogger(__name__)

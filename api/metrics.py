@@ -25,10 +25,8 @@ from api.authentication import Authenticate
 from api.overload import LimitInFlight
 from domain.states import TaskState
 from projections.projector import lags
-from store.application import TaskApplication
 from store.deliveries import DELIVERY_STATES, delivery_counts
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
+from store.log import PostgresRunQueueRecorder, TaskApplication, read_transaction
 
 RELAY_POSITION_TABLE = "longhaul_relay_position"
 

@@ -64,10 +64,8 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import SlowConsumerError
 
-from projections.event_json import dumps, event_message
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.postgres import PostgresRunQueueRecorder
+from store.log import PostgresRunQueueRecorder, TaskApplication
+from store.public_form import NatsNames, dumps, event_message
 
 JSON = dict[str, Any]
 

@@ -44,8 +44,7 @@ from bench.common import (
 from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 
 TARGET_RATIO = 2.0
 

@@ -1,7 +1,7 @@
 """The cost of one NATS message body: the relay's dict + JSON encoding against the pydantic models.
 
-The relay builds each message with ``projections.event_json.event_message`` and encodes it with
-``dumps``. ``projections.event_message`` describes the same message as pydantic models (one per
+The relay builds each message with ``store.public_form.event_json.event_message`` and encodes it with
+``dumps``. ``store.public_form.message_schema`` describes the same message as pydantic models (one per
 event type, bodies generated from the domain's event classes). This measures, on the same
 events (a realistic mix: submit, lease, checkpoints with progress, artifacts, a step, the end):
 
@@ -24,8 +24,7 @@ from typing import Any
 
 from bench.common import base_parser, table, write_results
 from domain.task import Task
-from projections.event_json import dumps, event_message
-from projections.event_message import EVENT_MESSAGE
+from store.public_form import EVENT_MESSAGE, dumps, event_message
 
 
 def _task_events(now: datetime) -> list[Any]:

@@ -38,11 +38,9 @@ from eventsourcing.persistence import RecordConflictError
 
 from domain.task import Task
 from longhaul import cli, wiring
-from store import application as eventstore
-from store import config as store_config
-from store.application import TaskApplication
-from store.errors import TaskNotFoundError
-from store.postgres import PostgresRunQueueRecorder
+from store.log import PostgresRunQueueRecorder, TaskApplication, TaskNotFoundError
+from store.log import application as eventstore
+from store.log import config as store_config
 from workers.lease import LeasedTask
 from workers.worker import Worker
 

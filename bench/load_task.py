@@ -29,8 +29,7 @@ from bench.common import (
     write_results,
 )
 from domain.task import Task
-from store.application import APP_NAME, SNAPSHOT_INTERVAL, TaskApplication
-from store.config import StoreConfig
+from store.log import APP_NAME, SNAPSHOT_INTERVAL, StoreConfig, TaskApplication
 
 TARGET_MS = 20.0
 SHORT_EVENTS = 5  # about what a short task has when its caller reads it

@@ -47,9 +47,8 @@ from bench.common import (
     write_results,
 )
 from domain.task import Task
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
+from store.public_form import NatsNames
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 TASKS_PER_COMMIT = 100

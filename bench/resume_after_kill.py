@@ -29,8 +29,7 @@ from typing import Any
 from bench.common import base_parser, fresh_schema, machine_info, table, utc_now, write_results
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 
 SLACK_S = 1.0
 

@@ -1,8 +1,8 @@
 """The cost of the secret-parts rule on the paths that show messages, A/B in one run.
 
-Every event's public JSON (``projections.event_json.event_message``: the relay, streams,
-webhooks, ``longhaul history``) and every wire ``Task`` (``projections.task_wire.task_to_wire``:
-``GetTask`` and every answer) now pass each message through ``store.secret_parts`` (a scan of
+Every event's public JSON (``store.public_form.event_json.event_message``: the relay, streams,
+webhooks, ``longhaul history``) and every wire ``Task`` (``store.public_form.task_wire.task_to_wire``:
+``GetTask`` and every answer) now pass each message through ``store.secrets.secret_parts`` (a scan of
 its parts for the secret metadata key). This measures both, with the rule (B) and with the rule
 replaced by the identity (A: the code before the change), in interleaved rounds on the same
 values, and reports medians and the ratio B/A:
@@ -26,14 +26,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import projections.event_json
-import projections.task_wire
+import store.public_form.event_json
+import store.public_form.task_wire
 from bench.common import base_parser, table, write_results
 from domain.task import Task
-from projections.event_json import dumps, event_message
-from projections.task_wire import task_to_wire
-from store.secret_parts import SECRET_EXTENSION, seal_message
-from store.task_keys import TaskKey
+from store.public_form import dumps, event_message, task_to_wire
+from store.secrets import SECRET_EXTENSION, TaskKey, seal_message
 
 
 def _task(now: datetime, *, secret: bool) -> Task:
@@ -83,15 +81,18 @@ def _task(now: datetime, *, secret: bool) -> Task:
 def _without_the_rule() -> Iterator[None]:
     """The code before the change: messages shown as stored."""
     saved = (
-        projections.event_json.__dict__["public_message"],
-        projections.task_wire.__dict__["redact_message"],
+        store.public_form.event_json.__dict__["public_message"],
+        store.public_form.task_wire.__dict__["redact_message"],
     )
-    vars(projections.event_json)["public_message"] = lambda message: message
-    vars(projections.task_wire)["redact_message"] = lambda message, **_: message
+    vars(store.public_form.event_json)["public_message"] = lambda message: message
+    vars(store.public_form.task_wire)["redact_message"] = lambda message, **_: message
     try:
         yield
     finally:
-        vars(projections.event_json)["public_message"], vars(projections.task_wire)["redact_message"] = saved
+        (
+            vars(store.public_form.event_json)["public_message"],
+            vars(store.public_form.task_wire)["redact_message"],
+        ) = saved
 
 
 def _timed(calls: int, fn: Callable[[], object]) -> float:

@@ -24,11 +24,9 @@ from psycopg import sql
 from bench.common import base_parser, delete_stream, fresh_schema, machine_info, table, write_results
 from bench.process_cpu import this_process_seconds
 from bench.relay_throughput import DEFAULT_NATS_URL, _backlog, _names
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.merkle_log import CHECKPOINTS_TABLE, LEAVES_TABLE, NODES_TABLE, POSITION_TABLE
-from store.signed_notes import SignerKey
+from store.evidence import CHECKPOINTS_TABLE, LEAVES_TABLE, NODES_TABLE, POSITION_TABLE, SignerKey
+from store.log import StoreConfig, TaskApplication
+from store.public_form import NatsNames
 from workers.relay import Relay
 from workers.sequencer import Sequencer
 

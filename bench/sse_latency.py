@@ -63,8 +63,7 @@ from bench.common import (
 from bench.process_cpu import busy_cpu_seconds, tree_cpu_seconds
 from bench.webhook_latency import Arrivals, Watcher, _commit, service_env, start, stop, wait_for
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 
 TARGET_P99_MS = 10.0
 """Issue 8: commit -> SSE frame p99 at 200 events/s (50 streams)."""

@@ -46,8 +46,7 @@ from bench.pg_waits import WaitSampler, waits_table
 from bench.process_cpu import tree_cpu_seconds
 from bench.processes import WorkerProcess, worker_env
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 
 DBOS_STEPS_PER_S = 492  # BASELINE.md: DBOS Transact 3.4, 6-step workflow, sequential
 TARGET_STEPS_PER_S = {1: 2_500, 2: 2_000}

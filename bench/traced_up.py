@@ -53,8 +53,7 @@ import psycopg
 
 from api import service, sse, streams
 from longhaul import cli, commands
-from store.application import TaskApplication
-from store.postgres import PostgresRunQueueRecorder
+from store.log import PostgresRunQueueRecorder, TaskApplication
 from workers.committer import Committer
 from workers.task_runner import TaskRunner
 

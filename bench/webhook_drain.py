@@ -40,8 +40,7 @@ from bench.common import (
 )
 from bench.process_cpu import tree_cpu_seconds
 from bench.webhook_latency import ProcessReceiver, _commit, new_task, service_env, start, stop, wait_for
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 
 COMMITTERS = 4
 EVENTS_PER_TASK = 4

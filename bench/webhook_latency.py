@@ -59,8 +59,7 @@ from bench.common import (
 )
 from bench.process_cpu import busy_cpu_seconds, tree_cpu_seconds
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log import StoreConfig, TaskApplication
 from workers.webhook_signing import new_secret
 
 TARGET_P99_MS = 50.0

@@ -7,7 +7,7 @@ lane finished without a lease, the second with one (the next-claim part runs). M
 this process's CPU (``bench.process_cpu.this_process_seconds``: the Python side, building
 parameters, psycopg dumping and loading) and the wall clock (the statement on the server too).
 
-The baseline, in the same run: ``store/deliveries.py`` of ``--tree DIR`` (another checkout,
+The baseline, in the same run: ``store/deliveries/records.py`` of ``--tree DIR`` (another checkout,
 e.g. the code before a change), loaded beside this tree's; rounds alternate the two (ABBA),
 each in a fresh schema. No NATS, no HTTP: the machine's load moves the wall figures, much less
 the CPU ones.
@@ -35,13 +35,13 @@ from psycopg import sql
 
 from bench.common import REPO_ROOT, base_parser, machine_info, table, write_results
 from bench.process_cpu import this_process_seconds
-from store.migrations import migrate
+from store.log import migrate
 
 LEASE = timedelta(seconds=20)
 
 
 def deliveries_module(tree: Path, name: str) -> ModuleType:
-    """``store/deliveries.py`` of ``tree``, imported as ``name`` (two versions side by side)."""
+    """``store/deliveries/records.py`` of ``tree``, imported as ``name`` (two versions side by side)."""
     spec = importlib.util.spec_from_file_location(name, tree / "store" / "deliveries.py")
     assert spec is not None
     assert spec.loader is not None
@@ -159,7 +159,10 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
 def main() -> None:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else "webhook recorder")
     parser.add_argument(
-        "--tree", type=Path, required=True, help="the checkout whose store/deliveries.py is the baseline"
+        "--tree",
+        type=Path,
+        required=True,
+        help="the checkout whose store/deliveries/records.py is the baseline",
     )
     parser.add_argument("--rounds", type=int, default=6, help="rounds per tree, alternating")
     parser.add_argument("--batches", type=int, default=40, help="record calls per round")

@@ -427,7 +427,7 @@ class Task(Aggregate):
 
         ``eventsourcing`` calls this on every replay of ``Submitted``, after setting the id,
         version and ``created_on`` (the event's timestamp). ``key_id`` (who submitted) stays in
-        the event: it is evidence, not state (``store.audit_trail`` reads it).
+        the event: it is evidence, not state (``store.evidence.audit_trail`` reads it).
         """
         self.tenant = tenant
         self.context_id = context_id
@@ -796,7 +796,7 @@ def _check_after(moment: datetime, now: datetime, what: str) -> None:
 def public_push_config(config: JSON) -> JSON:
     """``config`` without ``token`` and ``authentication.credentials``: what only a delivery uses.
 
-    The public form of ``PushConfigSet`` (``projections.event_json``) and the config a terminal
+    The public form of ``PushConfigSet`` (``store.public_form.event_json``) and the config a terminal
     task keeps (``Task.set_push_config``).
     """
     public = {k: v for k, v in config.items() if k != "token"}

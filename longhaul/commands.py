@@ -37,23 +37,38 @@ from longhaul import wiring
 from longhaul.demo import fake_iam as fake_iam_service
 from longhaul.embedded import DataInUseError, EmbeddedError, EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from projections.event_json import dumps, iso
 from projections.projector import lags, rebuild_all, run_projector
 from projections.shared_log import SharedLog
-from projections.task_state import task_state_json
-from store.application import TaskApplication
-from store.audit_trail import audit_events, effects_document, effects_of, events_document, replay
-from store.chain import ChainFault, ChainReport, ChainRow, verify_chains
-from store.config import MemoryConfig, StoreConfig
 from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import NoSuchVersionError, TaskNotFoundError
-from store.log_audit import receipt_faults
-from store.log_audit_reads import LogAuditReads, LogReport, audit_store
-from store.merkle_log import MerkleLog
-from store.migrations import SchemaTooNewError
-from store.postgres import PostgresRunQueueRecorder
-from store.receipts import Receipt
-from store.signed_notes import SignerKey, VerifierKey
+from store.evidence import (
+    ChainFault,
+    ChainReport,
+    ChainRow,
+    LogAuditReads,
+    LogReport,
+    MerkleLog,
+    Receipt,
+    SignerKey,
+    VerifierKey,
+    audit_events,
+    audit_store,
+    effects_document,
+    effects_of,
+    events_document,
+    receipt_faults,
+    replay,
+    verify_chains,
+)
+from store.log import (
+    MemoryConfig,
+    NoSuchVersionError,
+    PostgresRunQueueRecorder,
+    SchemaTooNewError,
+    StoreConfig,
+    TaskApplication,
+    TaskNotFoundError,
+)
+from store.public_form import dumps, iso, task_state_json
 from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
 from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
@@ -670,7 +685,7 @@ def history(
     """Print a task's events with their actors, its state after a version, or its effects.
 
     From the store, or from an archive file (``archive``), with the same output
-    (``store.audit_trail``; the state is ``projections.task_state``).
+    (``store.evidence.audit_trail``; the state is ``store.public_form.task_state``).
     """
     if archive is not None:
         tenant, events = _archived_events(archive, task_id)

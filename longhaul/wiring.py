@@ -13,14 +13,18 @@ from api.api_keys import ApiKeyError, KeyRing, parse_key_file, parse_pairs
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
 from longhaul.settings import Settings
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.checkpoints import CheckpointError, longhaul_origin
-from store.config import MemoryConfig, StoreConfig
-from store.key_files import KeyFileError, create_signer_key, load_signer_key
-from store.retention import RetentionPolicy
-from store.retry import webhook_retry
-from store.signed_notes import NoteError, SignerKey, VerifierKey
+from store.evidence import (
+    CheckpointError,
+    KeyFileError,
+    NoteError,
+    SignerKey,
+    VerifierKey,
+    create_signer_key,
+    load_signer_key,
+    longhaul_origin,
+)
+from store.log import MemoryConfig, RetentionPolicy, StoreConfig, TaskApplication, webhook_retry
+from store.public_form import NatsNames
 from workers.dispatcher import DispatchConfig
 from workers.relay import StreamLimits
 from workers.skills import builtin_skills

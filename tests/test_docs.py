@@ -372,7 +372,7 @@ def _exists(path: str) -> bool:
 
 
 def test_every_repository_path_the_docs_name_exists() -> None:
-    """Paths such as `` `store/run_queue.py` `` or `` `crash/test_zombie.py::name` `` (from ``tests/``).
+    """Paths such as `` `store/log/run_queue.py` `` or `` `crash/test_zombie.py::name` `` (from ``tests/``).
 
     Only paths that start in a top-level folder of the repository (or a test folder) are
     checked; bare file names and examples (``my_agents/skills.py``) are not.

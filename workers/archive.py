@@ -2,20 +2,20 @@
 
 ``archive_expired`` writes every expired task's events (all versions, as stored) to one gzip
 JSON-lines file per run, each task's events followed by the receipt of its last event (its
-inclusion in the latest signed checkpoint, ``store/receipts.py``), reads the file back to check it
+inclusion in the latest signed checkpoint, ``store/evidence/receipts.py``), reads the file back to check it
 (header, trailer checksum and counts, each task's versions complete and in order, as many as the
 store had, its receipt of its last version), and only then purges each task in its own
 transaction: events, snapshots, run-queue row, the task's rows in the current-task view and the
 retention index, and its webhook deliveries (with their attempts) together, recording the task as
 purged (``longhaul_purged_tasks``: ``verify`` tells a purge from a deletion). A task whose last
 event no signed checkpoint covers yet stays for a later run; a task whose chain has a fault
-(``store.chain.check_task``) is refused: neither archived nor purged. A run stopped before the
+(``store.evidence.chain.check_task``) is refused: neither archived nor purged. A run stopped before the
 purge leaves everything in the store, and a re-run archives those tasks again (in a second file);
 a run stopped mid-purge leaves the tasks it had not reached, and the next run archives only those.
 A task is never purged without a verified file that holds it.
 
 The format (``longhaul-archive`` version 3: each event's stored bytes exactly and its chain hash,
-``store/chain.py``, and each task's receipt) is in ``docs/audit.md`` ("Archive format"), and the
+``store/evidence/chain.py``, and each task's receipt) is in ``docs/audit.md`` ("Archive format"), and the
 design in ``docs/adr/0013-archive-then-purge.md``, ``docs/adr/0022-a-hash-chain-per-task.md`` and
 ``docs/adr/0030-verify-against-checkpoints.md``. Files of version 2 (no receipts) and 1 (parsed
 events, no chain hashes) are still read. ``archive_histories`` gives a file's tasks as chain rows
@@ -41,15 +41,12 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from domain.clock import Clock
-from projections.event_json import iso
 from projections.retention_index import INDEX_TABLE
 from projections.task_view import VIEW_TABLE
-from store.application import TaskApplication
-from store.chain import ChainFault, ChainRow, check_task
 from store.deliveries import DELIVERIES
-from store.merkle_log import MerkleLog
-from store.postgres import PostgresRunQueueRecorder
-from store.receipts import Receipt
+from store.evidence import ChainFault, ChainRow, MerkleLog, Receipt, check_task
+from store.log import PostgresRunQueueRecorder, TaskApplication
+from store.public_form import iso
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 Two loops in one process. The *intake* runs in one dispatcher at a time (an advisory lock; the
 others stand by) and follows a durable JetStream pull consumer (``longhaul-dispatcher`` on the
 deployment's stream; it survives restarts of the dispatcher and of NATS). For each event of a
-task with push configs it records one delivery per config (``store.deliveries``), the event's
-``StreamResponse`` (``projections.stream_response``) as the body, and only then acknowledges
+task with push configs it records one delivery per config (``store.deliveries.records``), the event's
+``StreamResponse`` (``store.public_form.stream_frames``) as the body, and only then acknowledges
 the message: an event is never lost between NATS and the record, and a redelivered message
 records nothing new. The configs, with their secrets, come from the task in the log: the
 intake loads the task at the event's version when it first sees the task or missed a version,
@@ -20,10 +20,10 @@ takes due heads nobody holds (retries, the rest, lanes of a dispatcher that died
 ``concurrency`` deliveries run at once; each POSTs to its URL with ``Authorization`` from the config's
 authentication, the config token as ``X-A2A-Notification-Token``, and Standard Webhooks
 signature headers (``workers.webhook_signing``). Before connecting it checks the URL again with
-the SSRF guard (``store.push_urls``): a refused URL is recorded as ``refused``. A 2xx is
+the SSRF guard (``store.deliveries.push_urls``): a refused URL is recorded as ``refused``. A 2xx is
 delivered; another 4xx than 408 or 429 gives up at once (the receiver refused this request,
 and the same request would be refused again); anything else (5xx, 408, 429, a timeout, a
-refused connection) is retried under the webhook retry policy (``store.retry``) until its total
+refused connection) is retried under the webhook retry policy (``store.log.retry``) until its total
 time has passed, and then given up. See docs/webhooks.md and ADR 0014.
 
 The dispatcher needs a store on PostgreSQL (the delivery record lives there): over an in-memory
@@ -53,11 +53,6 @@ from nats.js.errors import NotFoundError
 from domain.clock import Clock
 from domain.states import TERMINAL
 from domain.task import Task
-from projections.event_json import event_message
-from projections.stream_response import stream_response
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
 from store.deliveries import (
     Attempt,
     Delivery,
@@ -66,12 +61,20 @@ from store.deliveries import (
     Finished,
     NewDelivery,
     Recorded,
+    check_push_url,
 )
-from store.errors import PushUrlRefusedError, TaskNotFoundError
-from store.locks import advisory_key
-from store.postgres import PostgresRunQueueRecorder, select_events_at
-from store.push_urls import check_push_url
-from store.retry import RetryPolicy, webhook_retry
+from store.log import (
+    PostgresRunQueueRecorder,
+    PushUrlRefusedError,
+    RetryPolicy,
+    StoreConfig,
+    TaskApplication,
+    TaskNotFoundError,
+    advisory_key,
+    select_events_at,
+    webhook_retry,
+)
+from store.public_form import NatsNames, event_message, stream_response
 from workers.jetstream_pull import Pull
 from workers.leadership import leading, restarting
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream

@@ -4,7 +4,7 @@ Two things the relay, the sequencer and the webhook dispatcher all do, written o
 
 - :func:`restarting` runs a part until it returns or ``stop`` is set; after a failure (the
   database or NATS gone) it logs it and pauses by the one restart policy
-  (``store.retry.RESTART_POLICY``: 0.25-0.5 s, doubling up to 5-10 s, never giving up).
+  (``store.log.retry.RESTART_POLICY``: 0.25-0.5 s, doubling up to 5-10 s, never giving up).
 - :func:`leading` waits on a connection of its own until it holds a session advisory lock, so
   one process at a time leads and the others wait as hot standbys. Leadership ends with the
   connection: a leader that dies or loses its database hands over within a second.
@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from store.retry import RESTART_POLICY
+from store.log import RESTART_POLICY
 
 POLL_S = 1.0
 """How often a standby tries the lock."""

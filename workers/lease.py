@@ -22,8 +22,7 @@ from uuid import UUID
 from domain.clock import Clock
 from domain.errors import LeaseLostError
 from domain.task import Task, lease_end
-from store.application import TaskApplication
-from store.retry import Command
+from store.log import Command, TaskApplication
 from workers.committer import Committer
 
 

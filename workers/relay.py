@@ -45,13 +45,10 @@ from nats.js.errors import NotFoundError
 from psycopg import sql
 
 from domain.task import Task
-from projections.event_json import dumps, event_message, reference_message
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.locks import advisory_key
+from store.log import StoreConfig, TaskApplication, advisory_key
+from store.public_form import NatsNames, dumps, event_message, reference_message
 from workers.jetstream_publish import Pipelined
 from workers.leadership import leading, restarting
 

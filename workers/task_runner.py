@@ -8,14 +8,15 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import uuid4
 
 from domain.errors import LeaseLostError
+from domain.outcomes import apply_outcome
 from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
-from store.outcomes import apply_outcome
-from store.retry import Command
-from store.task_keys import SecretUnreadableError
+from store.log import Command
+from store.secrets import SecretUnreadableError
 from workers.context import DrainRequestedError, DurableStepContext, reveal_input
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
@@ -176,6 +177,7 @@ class TaskRunner:
                 steps_total=steps_total,
                 max_pause=max_pause,
                 lease_until=lease.lease_until(now),
+                message_id=str(uuid4()),
             )
 
         return command

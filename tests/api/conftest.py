@@ -18,8 +18,8 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
-from store.application import TaskApplication
-from store.config import MemoryConfig
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
 
 JSON = dict[str, Any]

@@ -14,7 +14,7 @@ from litestar import Litestar
 
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from store.application import TASK_ID_NAMESPACE, TaskApplication
+from store.log.application import TASK_ID_NAMESPACE, TaskApplication
 
 JSON = dict[str, Any]
 PUBLIC_URL = "http://gateway.test:8080"

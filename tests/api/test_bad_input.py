@@ -15,7 +15,7 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import http_client, log_position, user_message
 
 JSON = dict[str, Any]

@@ -26,8 +26,8 @@ from schemathesis.generation.modes import GenerationMode
 
 from api.app import create_app
 from api.rest import described
-from store.application import TaskApplication
-from store.config import MemoryConfig
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
 from tests.api.support import PUBLIC_URL, FakeClock, http_client, log_position, make_registry
 
 JSON = dict[str, Any]

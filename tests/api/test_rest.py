@@ -11,8 +11,8 @@ import pytest
 from litestar import Litestar
 
 from longhaul.commands import _listen, _serve
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
 from tests.support.projector import projector_running
 

@@ -10,8 +10,8 @@ import pytest
 from longhaul import commands
 from projections.retention_index import open_index
 from projections.task_view import open_view
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, FakeClock, make_registry, user_message
 
 

@@ -28,13 +28,13 @@ from psycopg import sql
 from domain.task import Task
 from longhaul import commands
 from longhaul.cli import SIGPIPE_EXIT
-from store.application import TaskApplication
-from store.chain import chain_hash
-from store.config import StoreConfig
-from store.key_files import create_signer_key
-from store.merkle_log import MerkleLog, catch_up
-from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
-from store.signed_notes import SignerKey
+from store.evidence.chain import chain_hash
+from store.evidence.key_files import create_signer_key
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 from workers.archive import archive_expired
 

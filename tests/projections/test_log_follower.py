@@ -14,9 +14,9 @@ from eventsourcing.persistence import Notification, OperationalError
 
 from projections.log_follower import LogFollower
 from projections.shared_log import POLL_S
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 
 WAIT_S = 5.0

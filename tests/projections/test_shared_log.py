@@ -20,9 +20,9 @@ from eventsourcing.persistence import OperationalError
 
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 
 WAIT_S = 10.0

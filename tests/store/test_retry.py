@@ -15,9 +15,15 @@ from hypothesis import strategies as st
 
 from domain.errors import LeaseLostError, TaskTerminalError
 from domain.task import Task
-from store.application import TaskApplication
-from store.errors import ConflictError, RetriesExhaustedError
-from store.retry import CONFLICT_RETRY, RetryPolicy, run_with_retries, run_with_retries_async, webhook_retry
+from store.log.application import TaskApplication
+from store.log.errors import ConflictError, RetriesExhaustedError
+from store.log.retry import (
+    CONFLICT_RETRY,
+    RetryPolicy,
+    run_with_retries,
+    run_with_retries_async,
+    webhook_retry,
+)
 from tests.support.tasks import new_task
 from workers.committer import Committer
 from workers.lease import LeasedTask

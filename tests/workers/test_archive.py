@@ -20,14 +20,14 @@ from domain.task import Task
 from longhaul.cli import main
 from projections.retention_index import open_index
 from projections.task_view import open_view
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
-from store.errors import TaskNotFoundError
-from store.merkle_log import catch_up
-from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
-from store.receipts import verify_receipt
-from store.signed_notes import SignerKey
+from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
+from store.evidence.merkle_log import catch_up
+from store.evidence.receipts import verify_receipt
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.errors import TaskNotFoundError
+from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.projector import projector_running
 from tests.support.tasks import new_task
 from workers.archive import ArchiveError, archive_expired, read_archive
