@@ -1,11 +1,11 @@
 """One-dimensional PostgreSQL arrays encoded in one pass, for the hot statements' ``%b`` arguments.
 
 psycopg's own dumper of a Python list looks at every list for its element type, then finds a
-dumper for each value and dumps the values one by one: 117 µs for the 27 arguments of one
-``longhaul_append`` call (a 2-event commit), on every step commit and every submission. The
+dumper for each value and dumps the values one by one, for the dozens of arguments of every
+``longhaul_append`` call, on every step commit and every submission. The
 statements that run on every commit know each argument's type already, so they wrap the list in
 the array type it is (``uuids``, ``int8s``, ``texts`` …), which this module encodes in
-PostgreSQL's binary array format in one pass (docs/benchmarks.md §11, "Session 26").
+PostgreSQL's binary array format in one pass.
 
 The format (``array_send``): the number of dimensions (0 for an empty array, else 1), whether
 any element is NULL, the element type's oid, then the length and lower bound (1) of the one

@@ -669,8 +669,7 @@ async def _each_notify(conn: psycopg.AsyncConnection[Any], notified: Callable[[]
     """Call ``notified`` once per NOTIFY that reaches ``conn``, until the connection fails (raises).
 
     The socket is watched for as long as the connection lives, where ``AsyncConnection.notifies``
-    adds and removes its reader, makes a future and sets a timer for every NOTIFY (3-4 % of
-    ``up``'s CPU at one client, ADR 0052).
+    adds and removes its reader, makes a future and sets a timer for every NOTIFY (ADR 0052).
     """
     pgconn = conn.pgconn
     loop = asyncio.get_running_loop()

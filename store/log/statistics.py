@@ -6,9 +6,9 @@ it reads change. Autovacuum refreshes them (ANALYZE) whenever a table's rows cha
 ``autovacuum_analyze_threshold`` plus ``autovacuum_analyze_scale_factor`` of its rows. With
 autovacuum off, nothing does: a plan made while the tables were nearly empty (a sequential scan
 of the run queue, a hash join over the whole log) stays, and every claim, load and append then
-costs more as the log grows. Measured in docs/benchmarks.md §11 (session 20) and decided in ADR
-0047: when the server's autovacuum is off, the sweeper analyzes longhaul's tables by
-autovacuum's own rule (``TableStatistics.refresh``); when it is on, it leaves them to it.
+costs more as the log grows. Decided in ADR 0047: when the server's autovacuum is off, the
+sweeper analyzes longhaul's tables by autovacuum's own rule (``TableStatistics.refresh``);
+when it is on, it leaves them to it.
 """
 
 from __future__ import annotations

@@ -7,11 +7,10 @@ annotated types, the envelope left out). ``EventMessage`` is their union, told a
 A new event class, a new field or a changed type changes the schema by itself; the committed
 schema file is checked against it by ``tests/projections/test_event_message.py``.
 
-The relay builds each message as a plain dict (``store.public_form.event_json.event_message``, whose
-body is the same ``event_body`` these models describe) and does not validate it: validating
-would cost little (about 4 µs an event, against 12 to 28 µs to build and encode it; see
-``bench/event_message.py``), but on the relay's path a message that failed validation would be
-an event it cannot publish, and no event may stall the relay. The tests validate what
+The relay builds each message as a plain dict (``store.public_form.event_json.event_message``,
+whose body is the same ``event_body`` these models describe) and does not validate it: validating
+would cost little beside building and encoding it, but on the relay's path a message that failed
+validation would be an event it cannot publish, and no event may stall the relay. The tests validate what
 ``event_message`` and a real relay produce against the schema instead.
 
 Regenerate the schema file with ``python -m store.public_form.message_schema > docs/events.schema.json``.
