@@ -33,7 +33,9 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.template import TemplateConfig
 
+from api.audit import AuditReads
 from api.authentication import BROWSER_PAGE, CALLER, Caller, caller_tenant
+from api.config import Injected
 from api.errors import A2AError
 from api.service import DEFAULT_TENANT
 from domain.task import Task
@@ -137,18 +139,23 @@ def search_page(request: Request[object, object, State]) -> Template | Redirect:
 
 
 @get("/tasks/{task_id:str}", opt=PAGE_OPT)
-async def task_page(request: Request[object, object, State], task_id: FromPath[str]) -> Template:
+async def task_page(
+    request: Request[object, object, State], audit: Injected[AuditReads], task_id: FromPath[str]
+) -> Template:
     """A task's timeline, with its state after the event at ``?version=N`` (default: the last)."""
     try:
         tenant = caller_tenant(request, _tenant_query(request))
     except A2AError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": error.message}, 400)
-    store: TaskApplication = request.app.state.store
-    keys: tuple[VerifierKey, ...] = request.app.state.audit.verifier_keys
     try:
         version = _version_query(request)
         timeline = await asyncio.to_thread(
-            read_timeline, store, task_id, tenant=tenant, version=version, verifier_keys=keys
+            read_timeline,
+            audit.store,
+            task_id,
+            tenant=tenant,
+            version=version,
+            verifier_keys=audit.verifier_keys,
         )
     except NotShownError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)

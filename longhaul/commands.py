@@ -27,6 +27,7 @@ from eventsourcing.persistence import OperationalError as StoreOperationalError
 
 from api.api_keys import ApiKeyError, mint_key
 from api.app import create_app
+from api.config import GatewayConfig
 from api.service import DEFAULT_TENANT
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import FeedWaiter
@@ -194,28 +195,30 @@ async def _gateway_app(
             )
     try:
         yield create_app(
-            store=store,
-            registry=registry,
-            clock=clock,
-            default_skill=settings.default_skill,
-            max_pause=settings.max_pause,
-            retention=settings.retention,
-            retention_overridden=bool(settings.retention_overrides),
-            public_url=wiring.public_url(settings, port),
-            waiter=waiter,
-            relay_stream=settings.nats_stream if settings.store == "postgres" else None,
-            process_metrics=worker_metrics.registry if worker_metrics is not None else None,
-            allow_private_webhooks=settings.allow_private_webhooks,
-            api_keys=api_keys,
-            max_in_flight=settings.max_in_flight,
-            overload_target_s=settings.overload_target_seconds,
-            max_body_bytes=settings.max_body_bytes,
-            rest_media_type=settings.rest_media_type,
-            feed=feed,
-            stream_keepalive_s=settings.stream_keepalive_seconds,
-            stream_max_pending=settings.stream_max_pending,
-            audit_verifier_keys=wiring.audit_verifier_keys(settings),
-            hand_off=hand_off,
+            GatewayConfig(
+                store=store,
+                registry=registry,
+                clock=clock,
+                default_skill=settings.default_skill,
+                max_pause=settings.max_pause,
+                retention=settings.retention,
+                retention_overridden=bool(settings.retention_overrides),
+                public_url=wiring.public_url(settings, port),
+                waiter=waiter,
+                relay_stream=settings.nats_stream if settings.store == "postgres" else None,
+                process_metrics=worker_metrics.registry if worker_metrics is not None else None,
+                allow_private_webhooks=settings.allow_private_webhooks,
+                api_keys=api_keys,
+                max_in_flight=settings.max_in_flight,
+                overload_target_s=settings.overload_target_seconds,
+                max_body_bytes=settings.max_body_bytes,
+                rest_media_type=settings.rest_media_type,
+                feed=feed,
+                stream_keepalive_s=settings.stream_keepalive_seconds,
+                stream_max_pending=settings.stream_max_pending,
+                audit_verifier_keys=wiring.audit_verifier_keys(settings),
+                hand_off=hand_off,
+            )
         )
     finally:
         if feed is not None:

@@ -18,6 +18,7 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
+from api.config import GatewayConfig
 from store.log.application import TaskApplication
 from store.log.config import MemoryConfig
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, Advance, FakeClock, Rpc, http_client, make_registry
@@ -44,7 +45,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar]:
-    """Build the app over the test store; keyword arguments override ``create_app``'s."""
+    """Build the app over the test store; keyword arguments override ``GatewayConfig``'s."""
 
     def build(**overrides: Any) -> Litestar:
         arguments: JSON = {
@@ -58,7 +59,7 @@ def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar
             "blocking_timeout_s": 10.0,
         }
         arguments.update(overrides)
-        return create_app(**arguments)
+        return create_app(GatewayConfig(**arguments))
 
     return build
 

@@ -22,6 +22,7 @@ from litestar import Litestar
 
 from api.api_keys import KeyRing, parse_pairs
 from api.app import create_app
+from api.config import GatewayConfig
 from api.rest import described
 from domain.task import Task
 from store.evidence.checkpoints import parse_checkpoint
@@ -193,14 +194,16 @@ async def test_a_memory_store_has_no_receipts() -> None:
 
 def _memory_app(store: TaskApplication) -> Litestar:
     return create_app(
-        store=store,
-        registry=make_registry(),
-        clock=FakeClock(),
-        default_skill="echo",
-        max_pause=timedelta(days=7),
-        retention=timedelta(days=30),
-        public_url=PUBLIC_URL,
-        audit_verifier_keys=KEYS,
+        GatewayConfig(
+            store=store,
+            registry=make_registry(),
+            clock=FakeClock(),
+            default_skill="echo",
+            max_pause=timedelta(days=7),
+            retention=timedelta(days=30),
+            public_url=PUBLIC_URL,
+            audit_verifier_keys=KEYS,
+        )
     )
 
 
