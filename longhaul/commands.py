@@ -42,6 +42,7 @@ from projections.projector import lags, rebuild_all, run_projector
 from projections.shared_log import SharedLog
 from store.deliveries import Attempt, Delivery, task_deliveries
 from store.evidence import (
+    ArchiveError,
     ChainFault,
     ChainReport,
     ChainRow,
@@ -51,11 +52,14 @@ from store.evidence import (
     Receipt,
     SignerKey,
     VerifierKey,
+    archive_expired,
+    archive_histories,
     audit_events,
     audit_store,
     effects_document,
     effects_of,
     events_document,
+    read_archive,
     receipt_faults,
     replay,
     verify_chains,
@@ -70,7 +74,6 @@ from store.log import (
     TaskNotFoundError,
 )
 from store.public_form import dumps, iso, task_state_json
-from workers.archive import ArchiveError, archive_expired, archive_histories, read_archive
 from workers.dispatcher import Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits

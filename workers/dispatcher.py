@@ -64,6 +64,7 @@ from store.deliveries import (
     check_push_url,
 )
 from store.log import (
+    Leader,
     PostgresRunQueueRecorder,
     PushUrlRefusedError,
     RetryPolicy,
@@ -71,12 +72,13 @@ from store.log import (
     TaskApplication,
     TaskNotFoundError,
     advisory_key,
+    leading,
     select_events_at,
     webhook_retry,
 )
 from store.public_form import NatsNames, event_message, stream_response
 from workers.jetstream_pull import Pull
-from workers.leadership import leading, restarting
+from workers.leadership import restarting
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream
 from workers.webhook_resolver import PublicOnlyResolver, refused_by_resolver
 from workers.webhook_signing import WebhookSigner
@@ -268,13 +270,13 @@ class Dispatcher:
         async with leading(self.store.config.database_url, self._intake_key, stop) as lock:
             if lock is None:
                 return
-            self._log_reads = lock
+            self._log_reads = lock.connection
             try:
                 await self._follow(stop, lock)
             finally:
                 self._log_reads = None
 
-    async def _follow(self, stop: asyncio.Event, lock: psycopg.AsyncConnection[Any]) -> None:
+    async def _follow(self, stop: asyncio.Event, lock: Leader) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         client = await asyncio.wait_for(
             nats.connect(self.names.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.5), NATS_CONNECT_S
@@ -298,7 +300,7 @@ class Dispatcher:
             pull = Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH, linger_s=self.linger_s)
             async for messages in pull.batches(stop):
                 if time.monotonic() - checked > LOCK_CHECK_S:
-                    await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
+                    await lock.check()  # the lock's connection is alive: still the leader
                     checked = time.monotonic()
                 await self.take(messages)
         finally:

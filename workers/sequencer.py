@@ -42,9 +42,9 @@ from domain.clock import Clock
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
 from store.evidence import MerkleLog, MerkleTree, SignerKey, StoredCheckpoint, task_uuid
-from store.log import RESTART_POLICY, StoreConfig, TaskApplication, advisory_key
+from store.log import RESTART_POLICY, StoreConfig, TaskApplication, advisory_key, leading
 from store.public_form import NatsNames
-from workers.leadership import leading, restarting
+from workers.leadership import restarting
 from workers.relay import NATS_CONNECT_S, PUBLISH_TIMEOUT_S, StreamLimits, ensure_stream_named
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,8 @@ class Sequencer:
         await restarting("sequencer", lambda: self._lead_and_sequence(stop), stop, log)
 
     async def _lead_and_sequence(self, stop: asyncio.Event) -> None:
-        async with leading(self._database_url, self._lock_key, stop) as conn:
-            if conn is None:
+        async with leading(self._database_url, self._lock_key, stop) as leader:
+            if leader is None:
                 return
             log.info("sequencer is the leader (checkpoints signed by %s)", self.signer.name)
             self.leading = True

@@ -1,7 +1,7 @@
 """Evidence: what proves the log was not changed behind longhaul's back.
 
-The per-task hash chain, the Merkle log and its signed checkpoints, receipts, and the checks
-``longhaul verify`` and the audit pages run.
+The per-task hash chain, the Merkle log and its signed checkpoints, receipts, the checks
+``longhaul verify`` and the audit pages run, and the archive (archive then purge).
 
 The rest of longhaul imports this package's names from here, never from its modules. The names
 load on first use: the store's packages import each other's modules, so an eager face would
@@ -14,6 +14,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from store.evidence.archive import Archive as Archive
+    from store.evidence.archive import ArchivedEvent as ArchivedEvent
+    from store.evidence.archive import ArchivedHistory as ArchivedHistory
+    from store.evidence.archive import ArchiveError as ArchiveError
+    from store.evidence.archive import ArchiveRun as ArchiveRun
+    from store.evidence.archive import archive_expired as archive_expired
+    from store.evidence.archive import archive_histories as archive_histories
+    from store.evidence.archive import read_archive as read_archive
     from store.evidence.audit_trail import AuditEvent as AuditEvent
     from store.evidence.audit_trail import Effect as Effect
     from store.evidence.audit_trail import audit_events as audit_events
@@ -51,6 +59,14 @@ if TYPE_CHECKING:
     from store.evidence.task_verification import verify_task as verify_task
 
 _HOMES = {
+    "Archive": "store.evidence.archive",
+    "ArchiveError": "store.evidence.archive",
+    "ArchiveRun": "store.evidence.archive",
+    "ArchivedEvent": "store.evidence.archive",
+    "ArchivedHistory": "store.evidence.archive",
+    "archive_expired": "store.evidence.archive",
+    "archive_histories": "store.evidence.archive",
+    "read_archive": "store.evidence.archive",
     "AuditEvent": "store.evidence.audit_trail",
     "CHECKPOINTS_TABLE": "store.evidence.merkle_log",
     "ChainFault": "store.evidence.chain",

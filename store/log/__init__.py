@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from store.log.errors import TaskNotFoundError as TaskNotFoundError
     from store.log.errors import TooManyPushConfigsError as TooManyPushConfigsError
     from store.log.group_calls import GroupedCalls as GroupedCalls
+    from store.log.locks import Leader as Leader
     from store.log.locks import advisory_key as advisory_key
+    from store.log.locks import leading as leading
     from store.log.memory import MemoryRunQueueRecorder as MemoryRunQueueRecorder
     from store.log.migrations import SchemaTooNewError as SchemaTooNewError
     from store.log.migrations import migrate as migrate
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from store.log.postgres import select_events_at as select_events_at
     from store.log.reads import read_statement as read_statement
     from store.log.reads import read_transaction as read_transaction
+    from store.log.relay_positions import RelayPosition as RelayPosition
+    from store.log.relay_positions import read_relay_positions as read_relay_positions
     from store.log.retention import RetentionPolicy as RetentionPolicy
     from store.log.retention import parse_key as parse_key
     from store.log.retry import RESTART_POLICY as RESTART_POLICY
@@ -57,6 +61,7 @@ _HOMES = {
     "ConflictError": "store.log.errors",
     "ContextMismatchError": "store.log.errors",
     "GroupedCalls": "store.log.group_calls",
+    "Leader": "store.log.locks",
     "MemoryConfig": "store.log.config",
     "MemoryRunQueueRecorder": "store.log.memory",
     "NoSuchVersionError": "store.log.errors",
@@ -65,6 +70,7 @@ _HOMES = {
     "PushUrlRefusedError": "store.log.errors",
     "REFRESH_EVERY_S": "store.log.statistics",
     "RESTART_POLICY": "store.log.retry",
+    "RelayPosition": "store.log.relay_positions",
     "RetentionNotReachedError": "store.log.errors",
     "RetentionPolicy": "store.log.retention",
     "RetryPolicy": "store.log.retry",
@@ -77,10 +83,12 @@ _HOMES = {
     "TaskNotFoundError": "store.log.errors",
     "TooManyPushConfigsError": "store.log.errors",
     "advisory_key": "store.log.locks",
+    "leading": "store.log.locks",
     "migrate": "store.log.migrations",
     "parse_key": "store.log.retention",
     "read_statement": "store.log.reads",
     "read_transaction": "store.log.reads",
+    "read_relay_positions": "store.log.relay_positions",
     "retry_lost_connection": "store.log.retry",
     "select_events_at": "store.log.postgres",
     "webhook_retry": "store.log.retry",

@@ -8,9 +8,10 @@ itself after a reload, and stops the caller.
 
 The use cases, by caller: the gateway's ``submit`` (and ``submit_leased``), ``answer``, ``cancel``,
 ``get_visible``, ``set_push_config`` and ``remove_push_config``; the sweeper's ``end_pause`` and
-``expire``; the worker's ``claim`` and ``commit_leased``. Domain errors propagate from them; the application's
-own refusals are in ``store.log.errors`` (among them the two ways an answer finds a task not waiting
-for it, which carry the task's state or deadline for the caller's message).
+``expire``; the worker's ``claim``, ``commit_step`` (a step's outcome) and ``commit_leased``.
+Domain errors propagate from them; the application's own refusals are in ``store.log.errors``
+(among them the two ways an answer finds a task not waiting for it, which carry the task's state
+or deadline for the caller's message).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing_extensions import override
 from domain.clock import Clock
 from domain.errors import NotPausedError, PauseDeadlinePassedError
 from domain.messages import agent_message
-from domain.skill import Skill
+from domain.outcomes import apply_outcome
+from domain.skill import Skill, StepOutcome
 from domain.states import TaskState
 from domain.task import Task, lease_end
 from store.evidence.merkle_log import MerkleLog
@@ -686,6 +688,49 @@ class TaskApplication(Application[UUID]):
         if saved.state != before:
             _log_step_outcome(saved)
         return saved
+
+    async def commit_step(
+        self,
+        task: Task,
+        *,
+        epoch: int,
+        step: int,
+        outcome: StepOutcome,
+        steps_total: int,
+        max_pause: timedelta,
+        lease_seconds: float,
+        clock: Clock,
+        save: AsyncSave,
+    ) -> Task:
+        """Record ``outcome`` of step ``step`` on the leased ``task`` (the worker's copy), fenced.
+
+        The use case a step ends in: one command fenced by ``epoch`` that applies the outcome's domain
+        commands (``domain.outcomes.apply_outcome``), saved with ``save`` (the worker's group
+        committer) through ``commit_leased`` and so the one retry policy. A completed step
+        extends the lease by ``lease_seconds`` from the commit time; an agent message the
+        outcome writes gets a fresh id on each attempt.
+
+        Raises:
+            LeaseLostError: The lease no longer holds (nothing was recorded).
+
+        Returns:
+            The saved task (a reloaded copy if a race was lost).
+        """
+
+        def command(copy: Task, now: datetime) -> None:
+            apply_outcome(
+                copy,
+                epoch=epoch,
+                now=now,
+                step=step,
+                outcome=outcome,
+                steps_total=steps_total,
+                max_pause=max_pause,
+                lease_until=lease_end(now, lease_seconds),
+                message_id=str(uuid4()),
+            )
+
+        return await self.commit_leased(task, command, clock=clock, save=save)
 
     # ------------------------------------------------------------------ helpers
 

@@ -28,6 +28,7 @@ from psycopg import sql
 from domain.task import Task
 from longhaul import commands
 from longhaul.cli import SIGPIPE_EXIT
+from store.evidence.archive import archive_expired
 from store.evidence.chain import chain_hash
 from store.evidence.key_files import create_signer_key
 from store.evidence.merkle_log import MerkleLog, catch_up
@@ -36,7 +37,6 @@ from store.log.application import TaskApplication
 from store.log.config import StoreConfig
 from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.tasks import new_task
-from workers.archive import archive_expired
 
 Cli = Callable[..., tuple[int, str, str]]
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)

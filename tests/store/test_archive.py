@@ -18,9 +18,10 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
-from projections.retention_index import open_index
-from projections.task_view import open_view
-from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
+from projections.retention_index import INDEX_TABLE, open_index
+from projections.task_view import VIEW_TABLE, open_view
+from store.deliveries.records import DELIVERIES, Attempt, DeliveryRecorder, NewDelivery, task_deliveries
+from store.evidence.archive import PURGED_WITH_THE_TASK, ArchiveError, archive_expired, read_archive
 from store.evidence.merkle_log import catch_up
 from store.evidence.receipts import verify_receipt
 from store.evidence.signed_notes import SignerKey
@@ -30,7 +31,6 @@ from store.log.errors import TaskNotFoundError
 from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.projector import projector_running
 from tests.support.tasks import new_task
-from workers.archive import ArchiveError, archive_expired, read_archive
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 RETENTION = timedelta(days=30)
@@ -422,3 +422,8 @@ def test_the_cli_says_what_it_left_and_refused_and_exits_1_on_a_refusal(
     assert out == "nothing archived; 1 refused for faults (named above), not archived\n"
     assert f"refused: task {late.id} version 1: hash-mismatch" in err
     assert store.get(late.id).expired
+
+
+def test_a_purge_takes_the_tasks_rows_of_both_views_and_its_deliveries() -> None:
+    """The store names the views' tables itself (it cannot import projections): they must agree."""
+    assert set(PURGED_WITH_THE_TASK) == {VIEW_TABLE, INDEX_TABLE, DELIVERIES}

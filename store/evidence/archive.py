@@ -41,11 +41,12 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from domain.clock import Clock
-from projections.retention_index import INDEX_TABLE
-from projections.task_view import VIEW_TABLE
-from store.deliveries import DELIVERIES
-from store.evidence import ChainFault, ChainRow, MerkleLog, Receipt, check_task
-from store.log import PostgresRunQueueRecorder, TaskApplication
+from store.deliveries.records import DELIVERIES
+from store.evidence.chain import ChainFault, ChainRow, check_task
+from store.evidence.merkle_log import MerkleLog
+from store.evidence.receipts import Receipt
+from store.log.application import TaskApplication
+from store.log.postgres import PostgresRunQueueRecorder
 from store.public_form import iso
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 PAGE = 500
 """Expired tasks listed per query."""
+PURGED_WITH_THE_TASK = ("longhaul_task_view", "longhaul_retention_index", DELIVERIES)
+"""The schema's other tables whose rows of a task go in its purge's transaction: the current-task
+view and the retention index (``projections.task_view``, ``projections.retention_index``; created
+by the migrations 0003 and 0005) and the webhook deliveries (their attempts go with them)."""
 
 
 class ArchiveError(Exception):
@@ -170,7 +175,7 @@ def archive_expired(
             version=version,
             archive_file=path.name,
             purged_at=now,
-            also=(VIEW_TABLE, INDEX_TABLE, DELIVERIES),
+            also=PURGED_WITH_THE_TASK,
         ):
             run.purged.append(task_id)
         else:
