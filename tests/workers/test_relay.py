@@ -278,7 +278,7 @@ async def test_the_relay_starts_over_when_its_database_connections_are_cut(
         recorder = store.recorder
         assert isinstance(recorder, PostgresRunQueueRecorder)
         channel = recorder.channel_name
-        key = advisory_key(f"relay:{store.log.config.schema}:{names.stream}")
+        key = advisory_key(f"relay:{store.config.schema}:{names.stream}")
         async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
             cursor = await conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

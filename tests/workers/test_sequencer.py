@@ -476,7 +476,7 @@ async def test_it_starts_over_from_the_stored_tree_when_its_database_connections
     assert isinstance(store.config, StoreConfig)
     recorder = store.recorder
     assert isinstance(recorder, PostgresRunQueueRecorder)
-    key = advisory_key(f"sequencer:{store.log.config.schema}")
+    key = advisory_key(f"sequencer:{store.config.schema}")
     async with _running(sequencer):
         await _until(lambda: _covered(log, store), "the first checkpoint")
         async with await psycopg.AsyncConnection.connect(store.config.database_url, autocommit=True) as conn:
