@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import sys
 
-from longhaul import cli, commands
+from longhaul import cli, serving
 
 
 def _listen_without_protocol(host: str, port: int) -> socket.socket:
@@ -21,5 +21,5 @@ def _listen_without_protocol(host: str, port: int) -> socket.socket:
 
 
 if __name__ == "__main__":
-    commands._listen = _listen_without_protocol
+    serving.listen = _listen_without_protocol
     sys.exit(cli.main(["gateway"]))

@@ -52,7 +52,7 @@ from typing import Any
 import psycopg
 
 from api import service, sse, streams
-from longhaul import cli, commands
+from longhaul import cli, supervisor
 from store.log import PostgresRunQueueRecorder, TaskApplication
 from workers.committer import Committer
 from workers.task_runner import TaskRunner
@@ -176,15 +176,15 @@ def install() -> None:
         raise SystemExit(f"BENCH_WHATIF: {error}") from None
     left_out: list[tuple[object, str, Callable[..., Any]]] = []
     if whatif & {"no-followers", *(f"no-{part}" for part in FOLLOWERS)}:
-        left_out.append((commands, "_log_followers", _without(commands._log_followers, whatif)))
+        left_out.append((supervisor, "log_followers", _without(supervisor.log_followers, whatif)))
     if "no-worker" in whatif:
-        left_out.append((commands, "_worker", _idle_worker))
+        left_out.append((supervisor, "run_worker", _idle_worker))
     for owner, name, wrapper in left_out:
         setattr(owner, name, wrapper)
 
 
 FOLLOWERS = ("relay", "projector", "dispatcher", "sequencer")
-"""``commands._log_followers``'s parts, in the order it returns them."""
+"""``supervisor.log_followers``'s parts, in the order it returns them."""
 WHAT_IFS = ("no-followers", *(f"no-{part}" for part in FOLLOWERS), "no-worker")
 """What ``$BENCH_WHATIF`` may name (comma-separated)."""
 
@@ -199,7 +199,7 @@ def what_ifs(text: str) -> set[str]:
 
 
 async def _idle_worker(settings: Any, store: Any, stop: asyncio.Event, *args: Any, **kwargs: Any) -> None:
-    """``commands._worker`` for ``no-worker``: waits for the stop, never runs its worker."""
+    """``supervisor.run_worker`` for ``no-worker``: waits for the stop, never runs its worker."""
     await stop.wait()
 
 
@@ -207,7 +207,7 @@ def _without(log_followers: Callable[..., list[Any]], whatif: set[str]) -> Calla
     @functools.wraps(log_followers)
     def kept(*args: Any, **kwargs: Any) -> list[Any]:
         parts = log_followers(*args, **kwargs)
-        assert len(parts) == len(FOLLOWERS), "commands._log_followers changed its parts"
+        assert len(parts) == len(FOLLOWERS), "supervisor.log_followers changed its parts"
         left = []
         for name, part in zip(FOLLOWERS, parts, strict=True):
             if "no-followers" in whatif or f"no-{name}" in whatif:

@@ -57,6 +57,10 @@ if TYPE_CHECKING:
     from store.evidence.signed_notes import VerifierKey as VerifierKey
     from store.evidence.task_verification import TaskVerification as TaskVerification
     from store.evidence.task_verification import verify_task as verify_task
+    from store.evidence.verification import NoVerifierKeyError as NoVerifierKeyError
+    from store.evidence.verification import Verification as Verification
+    from store.evidence.verification import verify_archive as verify_archive
+    from store.evidence.verification import verify_store as verify_store
 
 _HOMES = {
     "Archive": "store.evidence.archive",
@@ -81,12 +85,14 @@ _HOMES = {
     "MerkleLog": "store.evidence.merkle_log",
     "MerkleTree": "store.evidence.merkle",
     "NODES_TABLE": "store.evidence.merkle_log",
+    "NoVerifierKeyError": "store.evidence.verification",
     "NoteError": "store.evidence.receipts",
     "POSITION_TABLE": "store.evidence.merkle_log",
     "Receipt": "store.evidence.receipts",
     "SignerKey": "store.evidence.signed_notes",
     "StoredCheckpoint": "store.evidence.merkle_log",
     "TaskVerification": "store.evidence.task_verification",
+    "Verification": "store.evidence.verification",
     "VerifierKey": "store.evidence.signed_notes",
     "audit_events": "store.evidence.audit_trail",
     "audit_store": "store.evidence.log_audit_reads",
@@ -100,7 +106,9 @@ _HOMES = {
     "receipt_faults": "store.evidence.log_audit",
     "replay": "store.evidence.audit_trail",
     "task_uuid": "store.evidence.chain",
+    "verify_archive": "store.evidence.verification",
     "verify_chains": "store.evidence.chain",
+    "verify_store": "store.evidence.verification",
     "verify_task": "store.evidence.task_verification",
 }
 """Each public name, and the module that defines it."""

@@ -9,8 +9,8 @@ import time
 
 import httpx
 
-from longhaul.commands import HTTP_KEEPALIVE_S, _listen, _run_all, _serve
 from longhaul.demo import fake_iam
+from longhaul.serving import HTTP_KEEPALIVE_S, listen, run_all, serve
 
 
 class _Probe(asyncio.Protocol):
@@ -26,7 +26,7 @@ class _Probe(asyncio.Protocol):
 
 async def test_accepted_connections_have_tcp_nodelay() -> None:
     """asyncio sets TCP_NODELAY on accepted sockets only if the listening socket names IPPROTO_TCP."""
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     assert sock.proto == socket.IPPROTO_TCP
     seen: asyncio.Queue[int] = asyncio.Queue()
     _Probe.seen = seen
@@ -45,9 +45,9 @@ async def test_accepted_connections_have_tcp_nodelay() -> None:
 
 async def test_keep_alive_requests_do_not_wait_for_a_delayed_ack() -> None:
     """Sequential requests on one connection: each well under the 40 ms delayed-ACK stall."""
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     stop = asyncio.Event()
-    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    serving = asyncio.ensure_future(serve(fake_iam.create_app(), sock, stop))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
             await _until_serving(client)
@@ -73,9 +73,9 @@ HTTPX_KEEPALIVE_S = 5.0
 async def test_an_idle_keep_alive_connection_outlives_the_clients_expiry() -> None:
     """The gateway must not close an idle connection while a client still reuses it (ADR 0035)."""
     assert HTTPX_KEEPALIVE_S < HTTP_KEEPALIVE_S
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     stop = asyncio.Event()
-    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    serving = asyncio.ensure_future(serve(fake_iam.create_app(), sock, stop))
     request = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
@@ -114,7 +114,7 @@ async def _until_serving(client: httpx.AsyncClient) -> None:
 
 async def test_services_a_step_calls_stop_after_the_workers_drained() -> None:
     """The fake IAM must still answer a step that commits during the drain after SIGTERM."""
-    iam_sock = _listen("127.0.0.1", 0)
+    iam_sock = listen("127.0.0.1", 0)
     iam_url = f"http://127.0.0.1:{iam_sock.getsockname()[1]}"
     stop, dependencies_stop = asyncio.Event(), asyncio.Event()
     answers: list[int] = []
@@ -130,10 +130,10 @@ async def test_services_a_step_calls_stop_after_the_workers_drained() -> None:
         stop.set()
 
     await asyncio.wait_for(
-        _run_all(
+        run_all(
             [draining_worker(), stop_soon()],
             stop,
-            dependencies=[_serve(fake_iam.create_app(), iam_sock, dependencies_stop)],
+            dependencies=[serve(fake_iam.create_app(), iam_sock, dependencies_stop)],
             dependencies_stop=dependencies_stop,
         ),
         20,

@@ -26,7 +26,7 @@ import pytest
 from psycopg import sql
 
 from domain.task import Task
-from longhaul import commands
+from longhaul import evidence_commands
 from longhaul.cli import SIGPIPE_EXIT
 from store.evidence.archive import archive_expired
 from store.evidence.chain import chain_hash
@@ -603,7 +603,7 @@ def test_verify_piped_into_head_ends_quietly(
 
 
 def test_progress_goes_to_stderr(tasks: list[Task], keyed: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "VERIFY_PROGRESS_S", 0.0)  # every task, as on a large store
+    monkeypatch.setattr(evidence_commands, "VERIFY_PROGRESS_S", 0.0)  # every task, as on a large store
     code, out, err = keyed("verify")
     assert code == 0
     progress = [line for line in err.splitlines() if line.startswith("verify: ")]
