@@ -41,6 +41,9 @@ sequence of the version to start from, which a caller holding only a version doe
 log answers "after version v" with one index range instead. A core subscription also sets up
 and delivers faster than an ordered consumer. One subscription for the whole gateway instead of
 one per follower: ADR 0038.
+
+Longer than 500 lines on purpose: the feed, its ordering (``FeedOrder``) and the checks that fill a
+gap from the log are one mechanism with one lock; apart, each would reach into the others' state.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ nothing. Event ``apply`` methods only mutate state; they run again on every repl
 Messages, parts and artifacts are kept as plain JSON objects in their A2A 1.0 wire shape, so an
 event body is readable by auditors and analytics consumers without this code.
 
-One module on purpose, though longer than most: the events are nested in the aggregate (the
+Longer than 500 lines on purpose, one module: the events are nested in the aggregate (the
 ``eventsourcing`` convention), and their topics (``domain.task:Task.<Event>``) are stored in the
 log, so moving an event class would need a ``register_topic`` alias for every stored event. The
 two shared bases (``_PauseRequested``, ``_Ended``) are never recorded themselves: only their

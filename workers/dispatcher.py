@@ -28,6 +28,11 @@ time has passed, and then given up. See docs/webhooks.md and ADR 0014.
 
 The dispatcher needs a store on PostgreSQL (the delivery record lives there): over an in-memory
 store it refuses to start.
+
+Longer than 500 lines on purpose: the intake, the lanes and the delivery attempt share the
+dispatcher's loop, its leases and its counters; what stands alone is elsewhere
+(``store/deliveries``, ``workers/webhook_signing.py``, ``workers/webhook_resolver.py``,
+``workers/jetstream_pull.py``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ The use cases, by caller: the gateway's ``submit`` (and ``submit_leased``), ``an
 Domain errors propagate from them; the application's own refusals are in ``store.log.errors``
 (among them the two ways an answer finds a task not waiting for it, which carry the task's state
 or deadline for the caller's message).
+
+Longer than 500 lines on purpose: it is the one place every task use case is named (submit, answer,
+cancel, push configs, claim, commit a step, end a pause, expire, erase), each a few lines on the one
+retry executor.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ The same transaction writes each event's chain hash (``store/evidence/chain.py``
 the events' key). The hash before a task's first new event is known from this process's own last
 commit of that task (a worker commits each step of the tasks it holds), else read before the
 append, for all tasks of a group commit in one query.
+
+Longer than 500 lines on purpose: the recorder's statements (the append, the run queue's searches,
+the batch loads, the chain's reads) share its connection handling and its schema's composed SQL; the
+pure parts are elsewhere (``store/log/run_queue.py``, ``store/evidence/chain.py``).
 """
 
 from __future__ import annotations
