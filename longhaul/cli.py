@@ -227,12 +227,9 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
 
 
 ON_UVLOOP = frozenset({"dispatcher", "relay", "up"})
-"""The processes that run on uvloop's event loop where it is installed (not on Windows): draining
-a full stream, the dispatcher's CPU per delivery 0.49 ms on asyncio's loop, 0.46 ms on uvloop's
-(medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033); the relay
-too (docs/benchmarks.md §8, session 16, ADR 0039); and ``up``, whose request path, worker and
-relay share one loop (docs/benchmarks.md §11, session 18, ADR 0045). The other processes keep
-asyncio's."""
+"""The processes that run on uvloop's event loop where it is installed (not on Windows): the
+dispatcher, whose CPU per delivery it lowers (ADR 0033); the relay (ADR 0039); and ``up``, whose
+request path, worker and relay share one loop (ADR 0045). The other processes keep asyncio's."""
 
 
 def freeze_startup_heap() -> None:
@@ -240,8 +237,8 @@ def freeze_startup_heap() -> None:
 
     The modules, classes and functions imported at startup (about 100,000 objects in ``up``) live
     as long as the process, yet each full collection of the oldest generation walked them all:
-    a pause of 87 ms in ``up`` under blocking c=1, up to 302 ms in a gateway holding 1,000
-    streams, every request or frame behind it waiting (docs/benchmarks.md §14, ADR 0053).
+    a pause of tens to hundreds of milliseconds, every request or frame behind it waiting
+    (ADR 0053).
     ``gc.freeze`` moves them to a generation no collection visits; collecting first keeps the
     imports' own garbage out of it. Cycles made later are collected as before.
     """

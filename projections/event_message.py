@@ -9,10 +9,9 @@ schema file is checked against it by ``tests/projections/test_event_message.py``
 
 The relay builds each message as a plain dict (``projections.event_json.event_message``, whose
 body is the same ``event_body`` these models describe) and does not validate it: validating
-would cost little (about 4 µs an event, against 12 to 28 µs to build and encode it; see
-``bench/event_message.py``), but on the relay's path a message that failed validation would be
-an event it cannot publish, and no event may stall the relay. The tests validate what
-``event_message`` and a real relay produce against the schema instead.
+would cost little (a fraction of building and encoding it), but on the relay's path a message
+that failed validation would be an event it cannot publish, and no event may stall the relay.
+The tests validate what ``event_message`` and a real relay produce against the schema instead.
 
 Regenerate the schema file with ``python -m projections.event_message > docs/events.schema.json``.
 """
