@@ -1,4 +1,7 @@
-"""The NATS side of the stream and webhook parts: when the relay's messages arrive, and raw NATS.
+"""The NATS side of the stream and webhook parts: a relayed log, when its messages arrive, raw NATS.
+
+``relayed`` gives a fresh schema and JetStream stream, a store that commits into them and a
+``longhaul relay`` process that publishes the log, all gone at the end.
 
 A ``Watcher`` runs an asyncio loop in a thread of its own. It subscribes to a deployment's task
 subjects and notes when each message arrived (by the key its ``key`` function gives), and it
@@ -11,16 +14,72 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nats
 
+from bench.common import (
+    Options,
+    fresh_schema,
+    longhaul_env,
+    start,
+    stop,
+    stream_deleted,
+    summary_ms,
+    table,
+    wait_for,
+)
+from store.application import TaskApplication
+from store.config import StoreConfig
+
 RAW = "baseline: core NATS publish -> receive, plain subject"
 JETSTREAM = "baseline: JetStream publish -> ack"
+WARMUP_S = 2.0
+"""The first seconds of a load are left out of its latencies."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    store: TaskApplication
+    env: dict[str, str]
+    """The environment of a ``longhaul`` process of this deployment."""
+    logs: Path
+    prefix: str
+    """The deployment's NATS subject prefix."""
+
+
+@contextmanager
+def relayed(options: Options, name: str, pool_size: int, **settings: Any) -> Iterator[Deployment]:
+    """A fresh schema and stream, a store on them, a ``longhaul relay`` (``settings``: more of the
+    deployment's settings); all stopped and dropped at the end."""
+    token = uuid.uuid4().hex[:8]
+    stream, prefix = f"BENCH_{name.upper()}_{token}", f"bench{name}{token}"
+    logs = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    with stream_deleted(options.nats_url, stream), fresh_schema(options.database_url, name) as schema:
+        store = TaskApplication(StoreConfig(options.database_url, schema=schema, pool_size=pool_size))
+        env = longhaul_env(
+            options.database_url,
+            schema,
+            nats_url=options.nats_url,
+            nats_stream=stream,
+            nats_subject_prefix=prefix,
+            **settings,
+        )
+        relay = start(["longhaul.cli", "relay"], env, logs / "relay.log")
+        try:
+            wait_for(logs / "relay.log", "is the leader", relay)
+            yield Deployment(store, env, logs, prefix)
+        finally:
+            stop(relay)
+            store.close()
 
 
 class Watcher:
@@ -83,3 +142,26 @@ class Watcher:
         finally:
             await js.delete_stream(baseline_stream)
             await client.close()
+
+
+def latencies(
+    committed: dict[Any, float],
+    relayed: dict[Any, float],
+    arrived: dict[Any, float],
+    names: tuple[str, str, str],
+    watcher: Watcher,
+) -> dict[str, dict[str, float]]:
+    """Printed and returned: commit -> NATS, commit -> arrival and NATS -> arrival (``names``, in
+    that order) of what was committed after the warm-up, and the raw NATS baseline."""
+    start = min(committed.values()) + WARMUP_S
+    warm = {key: at for key, at in committed.items() if at >= start}
+    to_nats, headline, hop = names
+    rows = {
+        to_nats: summary_ms([relayed[k] - at for k, at in warm.items() if k in relayed]),
+        headline: summary_ms([arrived[k] - at for k, at in warm.items() if k in arrived]),
+        hop: summary_ms([arrived[k] - relayed[k] for k in warm if k in arrived and k in relayed]),
+        RAW: summary_ms(watcher.core),
+        JETSTREAM: summary_ms(watcher.jetstream),
+    }
+    print(table(["path", "n", "p50 ms", "p99 ms", "max ms"], [[k, *v.values()] for k, v in rows.items()]))
+    return rows

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,29 +32,20 @@ from bench.common import (
     TENANT,
     Options,
     free_port,
-    fresh_schema,
     leased_task,
-    longhaul_env,
     paced,
     process_env,
     start,
     stop,
-    stream_deleted,
-    summary_ms,
-    table,
     utc_now,
-    wait_for,
     wait_serving,
 )
-from bench.nats_watch import JETSTREAM, RAW, Watcher
+from bench.nats_watch import Deployment, Watcher, latencies, relayed
 from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
 
 RATE = 200.0
 STREAMS = (50, 1000)
-WARMUP_S = 2.0
 SUBMITTERS = 4
 IDLE_S = 5.0
 """How long the open streams sit idle before the gateway's memory is taken the second time."""
@@ -137,10 +127,9 @@ class Clients:
                 process.wait(10)
 
 
-def run_phase(
-    options: Options, store: TaskApplication, env: dict[str, str], logs: Path, streams: int, prefix: str
-) -> dict[str, Any]:
+def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[str, Any]:
     """One gateway with ``streams`` open streams under the load: its figures."""
+    store, env, logs, prefix = deployment.store, deployment.env, deployment.logs, deployment.prefix
     seconds = 8.0 if options.quick else 30.0
     committed: dict[tuple[str, int], float] = {}
     port = free_port()
@@ -182,19 +171,9 @@ def run_phase(
         if clients is not None:
             clients.kill()
         stop(gateway)
-    start_at = min(committed.values()) + WARMUP_S
-    warm = {key: at for key, at in committed.items() if at >= start_at}
-    relayed = watcher.times
-    latency = {
-        TO_NATS: summary_ms([relayed[k] - at for k, at in warm.items() if k in relayed]),
-        GATEWAY: summary_ms([received[k] - relayed[k] for k in warm if k in received and k in relayed]),
-        HEADLINE: summary_ms([received[k] - at for k, at in warm.items() if k in received]),
-        RAW: summary_ms(watcher.core),
-        JETSTREAM: summary_ms(watcher.jetstream),
-    }
     missing = sum(1 for key in committed if key not in received)
     print(f"\n{streams} streams: {len(committed)} commits in {load_s:.1f} s, {missing} frames missing")
-    print(table(["path", "n", "p50 ms", "p99 ms", "max ms"], [[k, *v.values()] for k, v in latency.items()]))
+    latency = latencies(committed, watcher.times, received, (TO_NATS, HEADLINE, GATEWAY), watcher)
     return {
         "streams": streams,
         "rate_per_s": RATE,
@@ -209,24 +188,8 @@ def run_phase(
 
 def run(options: Options) -> dict[str, Any]:
     """Every phase, printed: the results."""
-    token = uuid.uuid4().hex[:8]
-    stream, prefix = f"BENCH_SSE_{token}", f"benchsse{token}"
-    logs = Path(tempfile.mkdtemp(prefix="bench-sse-"))
-    phases = []
-    with stream_deleted(options.nats_url, stream), fresh_schema(options.database_url, "sse") as schema:
-        store = TaskApplication(StoreConfig(options.database_url, schema=schema, pool_size=SUBMITTERS))
-        env = longhaul_env(
-            options.database_url,
-            schema,
-            nats_url=options.nats_url,
-            nats_stream=stream,
-            nats_subject_prefix=prefix,
-        )
-        relay = start(["longhaul.cli", "relay"], env, logs / "relay.log")
-        try:
-            wait_for(logs / "relay.log", "is the leader", relay)
-            phases = [run_phase(options, store, env, logs, streams, prefix) for streams in STREAMS]
-        finally:
-            stop(relay)
-            store.close()
-    return {"phases": phases, "logs": str(logs)}
+    with relayed(options, "sse", SUBMITTERS) as deployment:
+        return {
+            "phases": [run_phase(options, deployment, streams) for streams in STREAMS],
+            "logs": str(deployment.logs),
+        }

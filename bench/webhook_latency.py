@@ -12,42 +12,32 @@ raw NATS at the same rate in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-import uuid
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
     REPO_ROOT,
     Options,
-    fresh_schema,
-    longhaul_env,
     new_task,
     paced,
     process_env,
     start,
     stop,
-    stream_deleted,
-    summary_ms,
-    table,
     utc_now,
     wait_for,
 )
-from bench.nats_watch import JETSTREAM, RAW, Watcher
+from bench.nats_watch import Watcher, latencies, relayed
 from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
 from workers.webhook_signing import new_secret
 
 RATE = 200.0
-WARMUP_S = 2.0
 SUBMITTERS = 4
 HEADLINE = "commit -> webhook delivered (COMPLETED)"
 TO_NATS = "commit -> NATS (the relay's message)"
@@ -79,6 +69,9 @@ class Receiver:
     def times(self) -> dict[tuple[str, str], float]:
         return {(task, state): float(at) for task, state, at in self._get("/arrivals")}
 
+    def close(self) -> None:
+        stop(self.process)
+
 
 def completed_task(url: str) -> Task:
     """A task with a push config to ``url``, leased and completed: one commit, two webhooks."""
@@ -93,24 +86,12 @@ def completed_task(url: str) -> Task:
 def run(options: Options) -> dict[str, Any]:
     """Start the services, commit the load, print the table: the results."""
     seconds = 8.0 if options.quick else 30.0
-    token = uuid.uuid4().hex[:8]
-    stream, prefix = f"BENCH_WH_{token}", f"benchwh{token}"
-    logs = Path(tempfile.mkdtemp(prefix="bench-webhook-"))
     receiver = Receiver()
     committed: dict[str, float] = {}
-    with stream_deleted(options.nats_url, stream), fresh_schema(options.database_url, "webhook") as schema:
-        store = TaskApplication(StoreConfig(options.database_url, schema=schema, pool_size=SUBMITTERS))
-        env = longhaul_env(
-            options.database_url,
-            schema,
-            nats_url=options.nats_url,
-            nats_stream=stream,
-            nats_subject_prefix=prefix,
-            webhook_secret=new_secret(),
-            allow_private_webhooks="true",
-        )
-        relay = start(["longhaul.cli", "relay"], env, logs / "relay.log")
-        dispatcher = start(["longhaul.cli", "dispatcher"], env, logs / "dispatcher.log")
+    settings = {"webhook_secret": new_secret(), "allow_private_webhooks": "true"}
+    with contextlib.closing(receiver), relayed(options, "webhook", SUBMITTERS, **settings) as deployment:
+        store, logs = deployment.store, deployment.logs
+        dispatcher = start(["longhaul.cli", "dispatcher"], deployment.env, logs / "dispatcher.log")
 
         def commit(_: int) -> None:
             task = completed_task(receiver.url)
@@ -118,9 +99,10 @@ def run(options: Options) -> dict[str, Any]:
             committed[str(task.id)] = time.time()
 
         try:
-            wait_for(logs / "relay.log", "is the leader", relay)
             wait_for(logs / "dispatcher.log", "following stream", dispatcher)
-            with Watcher(options.nats_url, prefix, RATE, lambda e: (e["taskId"], e["type"])) as watcher:
+            with Watcher(
+                options.nats_url, deployment.prefix, RATE, lambda e: (e["taskId"], e["type"])
+            ) as watcher:
                 cpu_before = tree_cpu_seconds(dispatcher.pid)
                 watcher.pinging.set()
                 load_s = paced(SUBMITTERS, RATE, seconds, commit)
@@ -132,23 +114,11 @@ def run(options: Options) -> dict[str, Any]:
             hooks = receiver.times()
         finally:
             stop(dispatcher)
-            stop(relay)
-            stop(receiver.process)
-            store.close()
-    start_at = min(committed.values()) + WARMUP_S
-    warm = {t: at for t, at in committed.items() if at >= start_at}
-    relayed = {t: watcher.times[(t, "Completed")] for t in warm if (t, "Completed") in watcher.times}
-    done = {t: hooks[(t, STATES[1])] for t in warm if (t, STATES[1]) in hooks}
-    latency = {
-        TO_NATS: summary_ms([relayed[t] - warm[t] for t in relayed]),
-        HEADLINE: summary_ms([done[t] - warm[t] for t in done]),
-        DISPATCHER: summary_ms([done[t] - relayed[t] for t in done if t in relayed]),
-        RAW: summary_ms(watcher.core),
-        JETSTREAM: summary_ms(watcher.jetstream),
-    }
+    published = {t: at for (t, kind), at in watcher.times.items() if kind == "Completed"}
+    done = {t: at for (t, state), at in hooks.items() if state == STATES[1]}
     missing = sum(1 for t in committed for s in STATES if (t, s) not in hooks)
     print(f"{len(committed)} tasks in {load_s:.1f} s, {missing} webhooks missing")
-    print(table(["path", "n", "p50 ms", "p99 ms", "max ms"], [[k, *v.values()] for k, v in latency.items()]))
+    latency = latencies(committed, published, done, (TO_NATS, HEADLINE, DISPATCHER), watcher)
     return {
         "rate_per_s": RATE,
         "tasks": len(committed),
