@@ -140,7 +140,7 @@ def decide_all(parts: Mapping[str, Mapping[str, Any]]) -> list[Verdict]:
 # ----------------------------------------------------------------------------- the request path
 
 MODE = {"blocking": "blocking", "immediately": "returnImmediately", "stream": "stream"}
-SERVER = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store", "longhaul": "whole up"}
+SERVER = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store", "longhaul": "longhaul"}
 ANSWER = "longhaul-answer"
 
 
@@ -169,14 +169,16 @@ def p99_text(row: Mapping[str, Any] | None) -> str:
 
 
 def against(
-    mode: str, c: int, server: str, key: str = "per_s_median", ours: str = "longhaul"
+    mode: str, c: int, server: str, key: str = "per_s_median", ours: str = "longhaul", their_c: int = 0
 ) -> Callable[[Results], Measured]:
-    """``ours``'s ``key`` in ``mode`` at ``c`` beside ``server``'s in the same run. The durable
-    answer (``longhaul-answer``) is shown with the whole ``up``'s figure beside it."""
+    """``ours``'s ``key`` in ``mode`` at ``c`` beside ``server``'s in the same run (at ``their_c``
+    clients when given). The durable answer (``longhaul-answer``) is shown with the whole ``up``'s
+    figure beside it."""
     text = {"first_p50_ms": first_text, "p99_ms": p99_text}.get(key, rate_text)
+    label = f"{SERVER[server]}" + (f" at c={their_c}:" if their_c else "")
 
     def measure(results: Results) -> Measured:
-        mine, theirs = a2a_row(results, mode, c, ours), a2a_row(results, mode, c, server)
+        mine, theirs = a2a_row(results, mode, c, ours), a2a_row(results, mode, their_c or c, server)
         figure_text = text(mine)
         if ours == ANSWER and (whole := a2a_row(results, mode, c, "longhaul")) is not None:
             figure_text += f" (whole up: {text(whole)})"
@@ -184,7 +186,7 @@ def against(
             figure=None if mine is None else mine.get(key),
             baseline=None if theirs is None else theirs.get(key),
             figure_text=figure_text,
-            baseline_text=f"{SERVER[server]} {text(theirs)}" if theirs else "",
+            baseline_text=f"{label} {text(theirs)}" if theirs else "",
             problems=(*errors_of(mine), *errors_of(theirs, SERVER[server])),
         )
 
@@ -208,22 +210,6 @@ def cpu_per_task(results: Results) -> Measured:
         baseline_text="" if baseline is None else f"in-memory {baseline:.2f} ms per request",
         problems=tuple(errors_of(ours)),
     )
-
-
-def c128_against_c16(mode: str) -> Callable[[Results], Measured]:
-    """longhaul's req/s at 128 clients beside its own at 16 in the same run."""
-
-    def measure(results: Results) -> Measured:
-        many, c16 = a2a_row(results, mode, 128, "longhaul"), a2a_row(results, mode, 16, "longhaul")
-        return Measured(
-            figure=None if many is None else many.get("per_s_median"),
-            baseline=None if c16 is None else c16.get("per_s_median"),
-            figure_text=rate_text(many),
-            baseline_text="" if c16 is None else f"longhaul at c=16: {rate_text(c16)}",
-            problems=tuple(errors_of(many)),
-        )
-
-    return measure
 
 
 def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Results], Measured]:
@@ -392,8 +378,12 @@ LINES: dict[str, tuple[str, Rule, Callable[[Results], Measured]]] = {
     "steps-2w": ("steps", Rule("figure", ">=", 2000.0, "steps/s"), steps("two_workers")),
     "steps-2w-half-plain": ("steps", Rule("ratio", ">=", 0.5), steps("two_workers")),
     "steps-1w": ("steps", Rule("figure", ">=", 2500.0, "steps/s"), steps("one_worker")),
-    "load-c128-immediately": ("a2a", Rule("ratio", ">=", 1.0), c128_against_c16("immediately")),
-    "load-c128-blocking": ("a2a", Rule("ratio", ">=", 1.0), c128_against_c16("blocking")),
+    "load-c128-immediately": (
+        "a2a",
+        Rule("ratio", ">=", 1.0),
+        against("immediately", 128, "longhaul", their_c=16),
+    ),
+    "load-c128-blocking": ("a2a", Rule("ratio", ">=", 1.0), against("blocking", 128, "longhaul", their_c=16)),
     "load-c128-p99": (
         "a2a",
         Rule("figure", "<", 1000.0, "ms"),
