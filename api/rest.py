@@ -11,6 +11,9 @@ paths, whose parameters are whole segments, so ``route_verbs`` turns the request
 ``<name>:<verb>`` into ``<name>/:<verb>`` before Litestar routes it, and the handlers are mounted
 at the second form; ``described`` writes the OpenAPI paths back in the first form, with
 the request bodies and query parameters the wire models define.
+
+Longer than 500 lines on purpose: one short handler per HTTP+JSON route, each only translating to
+the one implementation in ``api/service.py``, and the OpenAPI description of the same routes.
 """
 
 from __future__ import annotations

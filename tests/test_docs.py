@@ -370,9 +370,18 @@ def _checked_folders() -> set[str]:
     return top | tests | {".ci"}
 
 
+def _generated(path: str) -> bool:
+    """Whether ``path`` is under a folder ``.gitignore`` names from the root (``/bench/results/``):
+    output a command writes (the benchmarks' result file), never committed."""
+    folders = [
+        line for line in (ROOT / ".gitignore").read_text().splitlines() if re.fullmatch(r"/[\w/.-]+/", line)
+    ]
+    return any(f"/{path}".startswith(folder) for folder in folders)
+
+
 def _exists(path: str) -> bool:
     """Whether ``path`` is a file or folder of the repository, from its root or from ``tests/``."""
-    return (ROOT / path).exists() or (ROOT / "tests" / path).exists()
+    return (ROOT / path).exists() or (ROOT / "tests" / path).exists() or _generated(path)
 
 
 def test_every_repository_path_the_docs_name_exists() -> None:
