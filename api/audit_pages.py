@@ -39,7 +39,7 @@ from api.config import Injected
 from api.errors import A2AError
 from api.service import DEFAULT_TENANT
 from domain.task import Task
-from store.deliveries import Attempt, Delivery, task_deliveries
+from store.deliveries import Attempt, Delivery, deliveries_of
 from store.evidence import (
     AuditEvent,
     Effect,
@@ -53,7 +53,6 @@ from store.log import (
     MemoryRunQueueRecorder,
     NoSuchVersionError,
     PostgresRunQueueRecorder,
-    StoreConfig,
     TaskApplication,
     TaskNotFoundError,
 )
@@ -230,7 +229,7 @@ def _timeline(
         effects=effects_of(events),
         chosen=chosen,
         state=task_to_wire(state),
-        deliveries=_deliveries(store, task_id),
+        deliveries=deliveries_of(store, task_id),
         verification=verify_task(store, task_id, verifier_keys),
     )
 
@@ -257,15 +256,6 @@ def _unreadable(
         return error
     log.warning("the log of task %s cannot be read (%r) and does not verify", task_id, error)
     return UnreadableLogError(task_id, verification, error)
-
-
-def _deliveries(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:
-    if not isinstance(store.config, StoreConfig):
-        return None
-    recorder = store.recorder
-    assert isinstance(recorder, PostgresRunQueueRecorder)
-    with recorder.datastore.get_connection() as conn:
-        return task_deliveries(conn, store.config.schema, task_id)
 
 
 def _version_query(request: Request[object, object, State]) -> int | None:

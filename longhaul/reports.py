@@ -14,7 +14,6 @@ from typing import Any
 from uuid import UUID
 
 import nats
-import psycopg
 from eventsourcing.domain import DomainEventProtocol
 
 from domain.task import Task
@@ -23,7 +22,7 @@ from longhaul import wiring
 from longhaul.errors import BadArgumentError, CommandError
 from longhaul.local_services import running_up, store_for_reading
 from longhaul.settings import Settings
-from store.deliveries import Attempt, Delivery, task_deliveries
+from store.deliveries import Attempt, Delivery, deliveries_of
 from store.evidence import (
     ArchiveError,
     audit_events,
@@ -33,7 +32,7 @@ from store.evidence import (
     read_archive,
     replay,
 )
-from store.log import MemoryConfig, NoSuchVersionError, StoreConfig, TaskApplication, TaskNotFoundError
+from store.log import MemoryConfig, NoSuchVersionError, TaskApplication, TaskNotFoundError
 from store.public_form import dumps, iso, task_state_json
 from workers.skill_versions import version_use
 
@@ -185,10 +184,8 @@ def deliveries(settings: Settings, task_id: UUID, *, as_json: bool) -> int:
             store.get(task_id)
         except TaskNotFoundError:
             raise CommandError(f"no task {task_id} in {settings.database_schema}") from None
-        config = store.config
-        assert isinstance(config, StoreConfig)
-        with psycopg.connect(config.database_url, autocommit=True) as conn:
-            found = task_deliveries(conn, config.schema, task_id)
+        found = deliveries_of(store, task_id)
+        assert found is not None  # store_for_reading refuses a memory store
     if as_json:
         for delivery, attempts in found:
             print(dumps(_delivery_json(delivery, attempts)))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from store.deliveries.records import Finished as Finished
     from store.deliveries.records import NewDelivery as NewDelivery
     from store.deliveries.records import Recorded as Recorded
+    from store.deliveries.records import deliveries_of as deliveries_of
     from store.deliveries.records import delivery_counts as delivery_counts
     from store.deliveries.records import task_deliveries as task_deliveries
 
@@ -37,6 +38,7 @@ _HOMES = {
     "NewDelivery": "store.deliveries.records",
     "Recorded": "store.deliveries.records",
     "check_push_url": "store.deliveries.push_urls",
+    "deliveries_of": "store.deliveries.records",
     "delivery_counts": "store.deliveries.records",
     "is_public": "store.deliveries.push_urls",
     "literal_address": "store.deliveries.push_urls",

@@ -30,7 +30,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from store.log.application import TaskApplication
 from store.log.group_calls import GroupedCalls
+from store.log.postgres import PostgresRunQueueRecorder
 
 DeliveryState = Literal["pending", "delivered", "gave_up", "refused"]
 """``pending`` (to be tried, or tried again), ``delivered`` (a 2xx), ``gave_up`` (the retry period
@@ -423,6 +425,15 @@ def task_deliveries(
             delivery_id = row.pop("delivery_id")
             attempts.setdefault(delivery_id, []).append(Attempt(**row))
     return [(d, attempts.get(d.id, [])) for d in deliveries]
+
+
+def deliveries_of(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:
+    """``task_deliveries`` on a connection of ``store``'s own pool; none for a store in memory."""
+    recorder = store.recorder
+    if not isinstance(recorder, PostgresRunQueueRecorder):
+        return None
+    with recorder.datastore.get_connection() as conn:
+        return task_deliveries(conn, recorder.datastore.schema, task_id)
 
 
 @dataclass(frozen=True)
