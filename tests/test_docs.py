@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import inspect
 import json
 import re
@@ -407,3 +408,35 @@ def test_every_repository_path_the_docs_name_exists() -> None:
                 if not all(re.search(rf"\b(def|class) {part}\b", source) for part in name.split("::")):
                     missing.append(f"{where}: no {name} in {path}")
     assert missing == [], "the docs name paths that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------- use cases
+
+USE_CASE_NAME = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+def test_every_use_case_the_architecture_names_exists() -> None:
+    rows = _table(ARCHITECTURE, "## Use cases: where each one lives", "use case")
+    assert rows, "docs/architecture.md has no use case table"
+    missing = []
+    for use_case, row in rows.items():
+        homes = [importlib.import_module(row["package"].strip("`"))]
+        homes += [importlib.import_module(face) for face in ("store.log", "store.evidence")]
+        for name in USE_CASE_NAME.findall(row["method"]) or [row["method"]]:
+            if not any(callable(_resolve(home, name)) for home in homes):
+                missing.append(f"{use_case}: {name}")
+    assert missing == [], f"docs/architecture.md names use cases the code lacks: {missing}"
+
+
+def _resolve(home: object, name: str) -> object:
+    """``name`` looked up from ``home`` (``Class.method``), or as a module path (``a.b.function``)."""
+    found: object = home
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    if found is None and "." in name:
+        module, _, attribute = name.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), attribute, None)
+        except ImportError:
+            return None
+    return found
