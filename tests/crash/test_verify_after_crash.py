@@ -33,7 +33,7 @@ from tests.support.processes import wait_until
 
 SYSTEMS = 6
 KILL_AFTER = 3
-RECEIPTS_PY = Path(__file__).resolve().parents[2] / "store" / "receipts.py"
+RECEIPTS_PY = Path(__file__).resolve().parents[2] / "store" / "evidence" / "receipts.py"
 
 
 def _fetched(store: TaskApplication, task_id: UUID) -> int:

@@ -31,7 +31,7 @@ from store.evidence.receipts import FORMAT, Receipt, ReceiptError, verify_receip
 from store.evidence.signed_notes import SignerKey, sign_note
 
 ROOT = Path(__file__).resolve().parents[2]
-RECEIPTS = ROOT / "store" / "receipts.py"
+RECEIPTS = ROOT / "store" / "evidence" / "receipts.py"
 ORIGIN = longhaul_origin("test.example")
 KEY = SignerKey(ORIGIN, hashlib.sha256(b"tests/store/test_receipts.py").digest())
 
@@ -226,11 +226,11 @@ def test_the_definitions_receipts_shares_are_exact_copies() -> None:
     receipts = _definitions(RECEIPTS)
     shared = []
     for source in ("merkle.py", "signed_notes.py", "checkpoints.py"):
-        for name, dump in _definitions(ROOT / "store" / source).items():
+        for name, dump in _definitions(ROOT / "store" / "evidence" / source).items():
             if name in receipts:
                 shared.append(name)
                 assert receipts[name] == dump, (
-                    f"store/evidence/receipts.py's {name} differs from store/{source}'s: copy it"
+                    f"store/evidence/receipts.py's {name} differs from store/evidence/{source}'s: copy it"
                 )
     assert {"root_from_inclusion_proof", "VerifierKey", "open_note", "parse_checkpoint"} <= set(shared)
 
