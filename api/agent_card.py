@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from domain.skill import Skill, SkillRegistry
-from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
+from store.secrets import REDACTED_PART, SECRET_EXTENSION
 
 JSON = dict[str, Any]
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
@@ -29,42 +28,31 @@ from api.agent_card import (
     card_document,
     package_version,
 )
-from api.api_keys import KeyRing
 from api.audit import AUDIT_PATH, AuditReads, audit_route_error, audit_router
 from api.audit_pages import audit_pages_router, is_audit_path, template_config
 from api.audit_pages import route_error as audit_page_error
 from api.authentication import PUBLIC, Authenticate, caller_tenant
-from api.bodies import DEFAULT_MAX_BODY_BYTES, read_body, requested_version
+from api.bodies import read_body, requested_version
+from api.config import JSON_MEDIA_TYPE, GatewayConfig, Injected
 from api.errors import A2AError
-from api.hand_off import HandOff
 from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import GatewayLoadCollector, gateway_registry
-from api.overload import DEFAULT_LIMIT, DEFAULT_TARGET_S, UNLIMITED, LimitInFlight
-from api.rest import RestOpenAPI, RestSettings, rest_router, route_error, route_verbs
+from api.overload import UNLIMITED, LimitInFlight
+from api.rest import Binding, RestOpenAPI, rest_router, route_error, route_verbs
 from api.service import A2AService
 from api.sse import jsonrpc_envelope, sse_response
-from api.streams import DEFAULT_MAX_PENDING, TaskStreams
-from api.task_feed import StoreLog, TaskFeed
-from api.waiting import PollingWaiter, TaskWaiter
-from domain.clock import Clock
-from domain.skill import SkillRegistry
+from api.streams import TaskStreams
+from api.task_feed import StoreLog
+from api.waiting import PollingWaiter
 from projections.task_view import open_view
-from store.application import TaskApplication
-from store.signed_notes import VerifierKey
-
-JSON_MEDIA_TYPE = "application/json"
 
 OPEN_ROUTE = {PUBLIC: True, UNLIMITED: True}
 """The ``opt`` of routes anyone may call, at any load: no key checked, not counted in flight."""
 
-DEFAULT_KEEPALIVE_S = 15.0
-"""Seconds an idle stream waits before a ``: keepalive`` comment (``LONGHAUL_STREAM_KEEPALIVE_SECONDS``)."""
-
 
 @get("/.well-known/agent-card.json", operation_id="get_agent_card", sync_to_thread=False, opt=OPEN_ROUTE)
-def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
+def get_agent_card(request: Request[object, object, State], card: Injected[CardDocument]) -> Response[bytes]:
     """The agent card, revalidated with ``If-None-Match``."""
-    card: CardDocument = request.app.state.card
     headers = {"Cache-Control": CACHE_CONTROL, "ETag": card.etag, "Last-Modified": card.last_modified}
     if card.matches(request.headers.get("if-none-match")):
         return Response(content=b"", status_code=304, headers=headers)
@@ -72,33 +60,32 @@ def get_agent_card(request: Request[object, object, State]) -> Response[bytes]:
 
 
 @post(JSONRPC_PATH, operation_id="jsonrpc")
-async def jsonrpc(request: Request[object, object, State]) -> Response[bytes] | Stream:
+async def jsonrpc(
+    request: Request[object, object, State], binding: Injected[Binding]
+) -> Response[bytes] | Stream:
     """One A2A JSON-RPC call; the streaming methods answer ``text/event-stream`` (``api.sse``)."""
-    service: A2AService = request.app.state.service
-    rest: RestSettings = request.app.state.rest
     try:
-        body = await read_body(request, limit=rest.max_body_bytes)
+        body = await read_body(request, limit=binding.max_body_bytes)
     except A2AError as error:  # too large, or unreadable (an invalid Content-Length)
         return _respond(error_answer(error))
     answer = await handle_jsonrpc(
-        service,
+        binding.service,
         body=body,
         content_type=request.headers.get("content-type"),
         a2a_version=requested_version(request),
         tenant_of=functools.partial(caller_tenant, request),
-        streams=request.app.state.streams,
+        streams=binding.streams,
         last_event_id=request.headers.get("last-event-id"),
     )
     if isinstance(answer, RpcStream):
-        return sse_response(answer.frames, jsonrpc_envelope(answer.request_id), request.app.state.keepalive_s)
+        return sse_response(answer.frames, jsonrpc_envelope(answer.request_id), binding.keepalive_s)
     return _respond(answer)
 
 
 @get("/metrics", operation_id="metrics", sync_to_thread=True, opt=OPEN_ROUTE)
-def metrics(request: Request[object, object, State]) -> Response[bytes]:
+def metrics(prometheus: Injected[CollectorRegistry]) -> Response[bytes]:
     """The deployment's metrics in the Prometheus text format (``api/metrics.py``)."""
-    registry: CollectorRegistry = request.app.state.metrics
-    return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(content=generate_latest(prometheus), media_type=CONTENT_TYPE_LATEST)
 
 
 def _respond(answer: RpcAnswer) -> Response[bytes]:
@@ -106,102 +93,57 @@ def _respond(answer: RpcAnswer) -> Response[bytes]:
     return Response(content=body, status_code=answer.http_status, media_type=JSON_MEDIA_TYPE)
 
 
-def create_app(
-    *,
-    store: TaskApplication,
-    registry: SkillRegistry,
-    clock: Clock,
-    default_skill: str,
-    max_pause: timedelta,
-    retention: timedelta,
-    public_url: str,
-    waiter: TaskWaiter | None = None,
-    blocking_timeout_s: float = 600,
-    relay_stream: str | None = None,
-    process_metrics: CollectorRegistry | None = None,
-    allow_private_webhooks: bool = False,
-    retention_overridden: bool = False,
-    api_keys: KeyRing | None = None,
-    max_in_flight: int = DEFAULT_LIMIT,
-    overload_target_s: float = DEFAULT_TARGET_S,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    rest_media_type: str = JSON_MEDIA_TYPE,
-    feed: TaskFeed | None = None,
-    stream_keepalive_s: float = DEFAULT_KEEPALIVE_S,
-    stream_max_pending: int = DEFAULT_MAX_PENDING,
-    audit_verifier_keys: Sequence[VerifierKey] = (),
-    hand_off: HandOff | None = None,
-) -> Litestar:
-    """The gateway app over ``store``.
+def create_app(config: GatewayConfig) -> Litestar:
+    """The gateway app that ``config`` describes (``api.config.GatewayConfig``).
 
-    ``waiter`` wakes blocking SendMessage calls when their task changes (default: polling the
-    log). ``blocking_timeout_s`` bounds how long a blocking call waits before answering with the
-    task as it is. ``max_pause`` is the deadline of pauses that name none; the workers apply it,
-    the gateway declares it on the card, with ``retention`` (the default retention;
-    ``retention_overridden`` when per-tenant or per-skill overrides exist). ListTasks reads the
-    current-task view in ``store``'s schema (through ``store``'s pool); over a memory store it is
-    unsupported.
-    ``/metrics`` reports the relay's lag for ``relay_stream`` (and any stream the relay's position
-    table names), and the metrics of ``process_metrics`` (this process's worker, say) besides.
-    ``allow_private_webhooks`` lets push notification URLs point at non-public addresses.
-    ``api_keys`` are the bearer keys callers authenticate with, each mapped to its tenant
-    (``api.authentication``); without them every caller is the open development tenant.
-    Past ``max_in_flight`` requests in flight a request is answered 429 (``api.overload``), and
-    past fewer while the shortest sojourn of the gateway's requests exceeds ``overload_target_s``.
-    ``max_body_bytes`` bounds a request body on both bindings; ``rest_media_type`` is the
-    Content-Type of the HTTP+JSON binding's answers.
-    With a task ``feed`` (NATS, over a PostgreSQL store) the gateway streams
-    (``api.streams``): a comment every ``stream_keepalive_s`` on an idle stream, and a stream
-    closed when more than ``stream_max_pending`` events wait for its reader.
-    ``audit_verifier_keys`` are the keys the log's checkpoints verify with (the current one
-    first): ``/audit/v1/log-key`` serves them, the timeline page verifies receipts with them.
-    ``hand_off`` is this process's worker, which takes blocking sends' new tasks into a free slot
-    (``api.hand_off``; ``longhaul up``).
+    The handlers get the gateway's parts by name through Litestar's dependency injection, each
+    handler one: ``card`` (the agent card), ``binding`` (``api.rest.Binding``: the service and
+    streams both A2A bindings call), ``audit`` (``api.audit.AuditReads``) and ``prometheus`` (the
+    metrics registry). Each is a value made once here, so a request resolves it without a call on
+    a thread or a task group (Litestar runs a handler's dependencies concurrently when it has more
+    than one).
     """
+    store = config.store
     service = A2AService(
         store=store,
-        registry=registry,
-        clock=clock,
-        default_skill=default_skill,
-        waiter=waiter if waiter is not None else PollingWaiter(store),
-        blocking_timeout_s=blocking_timeout_s,
+        registry=config.registry,
+        clock=config.clock,
+        default_skill=config.default_skill,
+        waiter=config.waiter if config.waiter is not None else PollingWaiter(store),
+        blocking_timeout_s=config.blocking_timeout_s,
         task_view=open_view(store),
-        allow_private_webhooks=allow_private_webhooks,
-        hand_off=hand_off,
+        allow_private_webhooks=config.allow_private_webhooks,
+        hand_off=config.hand_off,
     )
-    metrics_registry = gateway_registry(store, relay_stream=relay_stream, extra=process_metrics)
+    metrics_registry = gateway_registry(store, relay_stream=config.relay_stream, extra=config.process_metrics)
     streams = TaskStreams(
         service,
-        feed,
-        StoreLog(store) if feed is not None else None,
-        max_pending=stream_max_pending,
+        config.feed,
+        StoreLog(store) if config.feed is not None else None,
+        max_pending=config.stream_max_pending,
         metrics=metrics_registry,
     )
     policy = DurabilityPolicy(
-        retention=retention,
-        max_pause=max_pause,
-        retention_overridden=retention_overridden,
+        retention=config.retention,
+        max_pause=config.max_pause,
+        retention_overridden=config.retention_overridden,
         streaming=streams.available,
     )
     card = card_document(
-        build_agent_card(registry, public_url, policy, bearer=api_keys is not None), modified=clock()
+        build_agent_card(config.registry, config.public_url, policy, bearer=config.api_keys is not None),
+        modified=config.clock(),
     )
-    limit, authenticate = LimitInFlight(max_in_flight, overload_target_s), Authenticate(api_keys)
+    limit = LimitInFlight(config.max_in_flight, config.overload_target_s)
+    authenticate = Authenticate(config.api_keys)
     metrics_registry.register(GatewayLoadCollector(limit, authenticate))
-    rest = RestSettings(media_type=rest_media_type, max_body_bytes=max_body_bytes)
-    state = State(
-        {
-            "service": service,
-            "streams": streams,
-            "keepalive_s": stream_keepalive_s,
-            "card": card,
-            "max_pause": max_pause,
-            "metrics": metrics_registry,
-            "rest": rest,
-            "audit": AuditReads(service, store, tuple(audit_verifier_keys)),
-            "store": store,
-        }
+    binding = Binding(
+        service=service,
+        streams=streams,
+        media_type=config.rest_media_type,
+        max_body_bytes=config.max_body_bytes,
+        keepalive_s=config.stream_keepalive_s,
     )
+    audit = AuditReads(service, store, tuple(config.audit_verifier_keys))
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     app = Litestar(
         route_handlers=[
@@ -213,12 +155,17 @@ def create_app(
             audit_pages_router(),
         ],
         middleware=[limit, authenticate],
-        state=state,
+        dependencies={
+            "card": _value(card),
+            "binding": _value(binding),
+            "audit": _value(audit),
+            "prometheus": _value(metrics_registry),
+        },
         debug=False,
         logging_config=None,
-        request_max_body_size=max_body_bytes,
+        request_max_body_size=config.max_body_bytes,
         template_config=template_config(),
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: functools.partial(_http_error, config.rest_media_type)},
         openapi_config=OpenAPIConfig(
             title="longhaul", version=package_version(), path="/schema", render_plugins=[RestOpenAPI()]
         ),
@@ -227,14 +174,25 @@ def create_app(
     return app
 
 
-def _http_error(request: Request[Any, Any, State], error: HTTPException) -> Response[Any]:
+def _value(value: object) -> Provide:
+    """``value`` as a dependency: made once, so resolving it is a cached read (no call, no thread)."""
+
+    def made() -> object:
+        return value
+
+    return Provide(made, use_cache=True, sync_to_thread=False)
+
+
+def _http_error(
+    rest_media_type: str, request: Request[Any, Any, State], error: HTTPException
+) -> Response[Any]:
     """Litestar's refusals (no such route, method not allowed), in the shape of the path.
 
-    Status bodies on the HTTP+JSON binding and the audit reads (``/audit/v1``), HTML pages under
-    the rest of ``/audit``, else Litestar's JSON.
+    Status bodies on the HTTP+JSON binding (as ``rest_media_type``) and the audit reads
+    (``/audit/v1``), HTML pages under the rest of ``/audit``, else Litestar's JSON.
     """
     if request.url.path.startswith(REST_PATH + "/"):
-        return route_error(request, error)
+        return route_error(request, error, rest_media_type)
     if request.url.path.startswith(AUDIT_PATH + "/"):
         return audit_route_error(request, error)
     if is_audit_path(request.url.path):

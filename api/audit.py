@@ -2,15 +2,15 @@
 
 ``GET /audit/v1/tasks/{id}/events``, ``GET /audit/v1/tasks/{id}/state?version=N`` and
 ``GET /audit/v1/tasks/{id}/effects`` answer the documents ``longhaul history --json`` prints
-(``store.audit_trail``, ``projections.task_state``). They are authenticated and tenant-scoped like
-the A2A methods: the caller's tenant is ``caller_tenant``'s (the key's; on an open gateway the
-``tenant`` query parameter, else the default), and the task is loaded as GetTask loads it
+(``store.evidence.audit_trail``, ``store.public_form.task_state``). They are authenticated and
+tenant-scoped like the A2A methods: the caller's tenant is ``caller_tenant``'s (the key's; on an open
+gateway the ``tenant`` query parameter, else the default), and the task is loaded as GetTask loads it
 (``A2AService.visible_task``), so another tenant's task, or an expired one, is TaskNotFound (404).
 Errors are ``google.rpc.Status`` bodies with their HTTP status, as on the HTTP+JSON binding; a
 version that is not a whole number from 1 to the task's last is InvalidParams (400) naming
 ``version``.
 
-``GET /audit/v1/tasks/{id}/receipt`` answers the task's receipt (``store.receipts``: the latest
+``GET /audit/v1/tasks/{id}/receipt`` answers the task's receipt (``store.evidence.receipts``: the latest
 signed checkpoint and the inclusion proof of the task's last event it covers), scoped the same
 way; while no signed checkpoint covers the task it is NOT_CHECKPOINTED (404). The log's public
 side needs no key: ``GET /audit/v1/log-key`` answers its verifier keys, one a line, and
@@ -37,6 +37,7 @@ from litestar.exceptions import (
 from litestar.params import FromPath, Parameter
 
 from api.authentication import PUBLIC, caller_tenant
+from api.config import Injected
 from api.errors import (
     A2AError,
     InternalError,
@@ -47,12 +48,9 @@ from api.errors import (
 )
 from api.service import A2AService
 from domain.task import Task
-from projections.event_json import dumps
-from projections.task_state import task_state_json
-from store.application import TaskApplication
-from store.audit_trail import audit_events, effects_document, effects_of, events_document
-from store.errors import NoSuchVersionError
-from store.signed_notes import VerifierKey
+from store.evidence import VerifierKey, audit_events, effects_document, effects_of, events_document
+from store.log import NoSuchVersionError, TaskApplication
+from store.public_form import dumps, task_state_json
 
 JSON = dict[str, Any]
 AnyRequest = Request[Any, Any, State]
@@ -113,6 +111,8 @@ class NoCheckpointError(A2AError):
 class AuditReads:
     """The reads, over the gateway's ``service`` (who sees which task), ``store`` (the log) and keys.
 
+    The gateway injects them by name as ``audit`` into the audit reads and pages (``api.app``).
+
     ``verifier_keys`` are the log's verifier keys (``wiring.audit_verifier_keys``): the current
     one first, then those of earlier keys.
     """
@@ -123,6 +123,11 @@ class AuditReads:
         self._service = service
         self._store = store
         self.verifier_keys = verifier_keys
+
+    @property
+    def store(self) -> TaskApplication:
+        """The log the reads are of."""
+        return self._store
 
     async def events(self, task_id: str, tenant: str) -> JSON:
         """``{"taskId", "tenant", "events"}``: every event with its actor, fields and summary."""
@@ -180,45 +185,57 @@ class AuditReads:
 
 
 @get("/tasks/{task_id:str}/events", operation_id="audit_task_events")
-async def task_events(request: AnyRequest, task_id: PathText, tenant: TenantQuery = None) -> Response[bytes]:
+async def task_events(
+    request: AnyRequest, audit: Injected[AuditReads], task_id: PathText, tenant: TenantQuery = None
+) -> Response[bytes]:
     """Every event of a task, oldest first: version, time, type, actor, summary and fields."""
-    return await _serve(request, tenant, lambda reads, as_tenant: reads.events(task_id, as_tenant))
+    return await _serve(request, audit, tenant, lambda reads, as_tenant: reads.events(task_id, as_tenant))
 
 
 @get("/tasks/{task_id:str}/state", operation_id="audit_task_state")
 async def task_state(
-    request: AnyRequest, task_id: PathText, version: VersionQuery, tenant: TenantQuery = None
+    request: AnyRequest,
+    audit: Injected[AuditReads],
+    task_id: PathText,
+    version: VersionQuery,
+    tenant: TenantQuery = None,
 ) -> Response[bytes]:
     """The task as it was after ``version``: the A2A Task then, and longhaul's own fields."""
-    return await _serve(request, tenant, lambda reads, as_tenant: reads.state(task_id, as_tenant, version))
+    return await _serve(
+        request, audit, tenant, lambda reads, as_tenant: reads.state(task_id, as_tenant, version)
+    )
 
 
 @get("/tasks/{task_id:str}/effects", operation_id="audit_task_effects")
-async def task_effects(request: AnyRequest, task_id: PathText, tenant: TenantQuery = None) -> Response[bytes]:
+async def task_effects(
+    request: AnyRequest, audit: Injected[AuditReads], task_id: PathText, tenant: TenantQuery = None
+) -> Response[bytes]:
     """Every run-once side effect of a task: key, recorded result, time and version."""
-    return await _serve(request, tenant, lambda reads, as_tenant: reads.effects(task_id, as_tenant))
+    return await _serve(request, audit, tenant, lambda reads, as_tenant: reads.effects(task_id, as_tenant))
 
 
 @get("/tasks/{task_id:str}/receipt", operation_id="audit_task_receipt")
-async def task_receipt(request: AnyRequest, task_id: PathText, tenant: TenantQuery = None) -> Response[bytes]:
+async def task_receipt(
+    request: AnyRequest, audit: Injected[AuditReads], task_id: PathText, tenant: TenantQuery = None
+) -> Response[bytes]:
     """The task's receipt: the latest signed checkpoint and the inclusion proof of its last event in it."""
-    return await _serve(request, tenant, lambda reads, as_tenant: reads.receipt(task_id, as_tenant))
+    return await _serve(request, audit, tenant, lambda reads, as_tenant: reads.receipt(task_id, as_tenant))
 
 
 @get("/log-key", operation_id="audit_log_key", opt={PUBLIC: True})
-async def log_key(request: AnyRequest) -> Response[bytes]:
+async def log_key(request: AnyRequest, audit: Injected[AuditReads]) -> Response[bytes]:
     """The log's verifier keys, one a line (the current one first); no key needed."""
 
     async def read(reads: AuditReads, _: str) -> Document:
         return reads.log_key()
 
-    return await _serve(request, None, read, public=True)
+    return await _serve(request, audit, None, read, public=True)
 
 
 @get("/checkpoints/latest", operation_id="audit_latest_checkpoint", opt={PUBLIC: True})
-async def latest_checkpoint(request: AnyRequest) -> Response[bytes]:
+async def latest_checkpoint(request: AnyRequest, audit: Injected[AuditReads]) -> Response[bytes]:
     """The latest signed checkpoint (a C2SP signed note), for witnesses; no key needed."""
-    return await _serve(request, None, lambda reads, _: reads.latest_checkpoint(), public=True)
+    return await _serve(request, audit, None, lambda reads, _: reads.latest_checkpoint(), public=True)
 
 
 def audit_router() -> Router:
@@ -373,6 +390,7 @@ def audit_route_error(request: AnyRequest, error: HTTPException) -> Response[byt
 
 async def _serve(
     request: AnyRequest,
+    reads: AuditReads,
     tenant: str | None,
     read: Callable[[AuditReads, str], Awaitable[JSON | Document]],
     *,
@@ -383,7 +401,6 @@ async def _serve(
     A read's JSON is answered as ``MEDIA_TYPE``, a written ``Document`` as it is.
     """
     try:
-        reads: AuditReads = request.app.state.audit
         answer = await read(reads, "" if public else caller_tenant(request, tenant or None))
         if isinstance(answer, Document):
             return Response(content=answer.text.encode(), status_code=200, media_type=answer.media_type)

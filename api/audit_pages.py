@@ -3,9 +3,9 @@
 ``/audit/`` searches by task id; ``/audit/tasks/{id}`` shows the task's events (version, time,
 actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
 plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
-Everything is read from the log (``store.audit_trail``, ``TaskApplication.task_at``) and the
-delivery record (``store.deliveries``) at request time, with the verification status of the task's
-hash chain and of the signed checkpoint covering it (``store.task_verification``, with the log's
+Everything is read from the log (``store.evidence.audit_trail``, ``TaskApplication.task_at``) and the
+delivery record (``store.deliveries.records``) at request time, with the verification status of the task's
+hash chain and of the signed checkpoint covering it (``store.evidence.task_verification``, with the log's
 verifier keys the gateway was given); the templates (``api/templates/audit/``)
 escape every value. The pages are tenant-scoped like the A2A methods (``caller_tenant``): with
 API keys a browser signs in with HTTP Basic, the key as the password (ADR 0028). Every answer
@@ -33,20 +33,30 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.template import TemplateConfig
 
+from api.audit import AuditReads
 from api.authentication import BROWSER_PAGE, CALLER, Caller, caller_tenant
+from api.config import Injected
 from api.errors import A2AError
 from api.service import DEFAULT_TENANT
 from domain.task import Task
-from projections.task_wire import iso_millis, task_to_wire
-from store.application import TaskApplication
-from store.audit_trail import AuditEvent, Effect, audit_events, effects_of
-from store.config import StoreConfig
-from store.deliveries import Attempt, Delivery, task_deliveries
-from store.errors import NoSuchVersionError, TaskNotFoundError
-from store.memory import MemoryRunQueueRecorder
-from store.postgres import PostgresRunQueueRecorder
-from store.signed_notes import VerifierKey
-from store.task_verification import TaskVerification, verify_task
+from store.deliveries import Attempt, Delivery, deliveries_of
+from store.evidence import (
+    AuditEvent,
+    Effect,
+    TaskVerification,
+    VerifierKey,
+    audit_events,
+    effects_of,
+    verify_task,
+)
+from store.log import (
+    MemoryRunQueueRecorder,
+    NoSuchVersionError,
+    PostgresRunQueueRecorder,
+    TaskApplication,
+    TaskNotFoundError,
+)
+from store.public_form import iso_millis, task_to_wire
 
 AUDIT_PATH = "/audit"
 log = logging.getLogger(__name__)
@@ -128,18 +138,23 @@ def search_page(request: Request[object, object, State]) -> Template | Redirect:
 
 
 @get("/tasks/{task_id:str}", opt=PAGE_OPT)
-async def task_page(request: Request[object, object, State], task_id: FromPath[str]) -> Template:
+async def task_page(
+    request: Request[object, object, State], audit: Injected[AuditReads], task_id: FromPath[str]
+) -> Template:
     """A task's timeline, with its state after the event at ``?version=N`` (default: the last)."""
     try:
         tenant = caller_tenant(request, _tenant_query(request))
     except A2AError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": error.message}, 400)
-    store: TaskApplication = request.app.state.store
-    keys: tuple[VerifierKey, ...] = request.app.state.audit.verifier_keys
     try:
         version = _version_query(request)
         timeline = await asyncio.to_thread(
-            read_timeline, store, task_id, tenant=tenant, version=version, verifier_keys=keys
+            read_timeline,
+            audit.store,
+            task_id,
+            tenant=tenant,
+            version=version,
+            verifier_keys=audit.verifier_keys,
         )
     except NotShownError as error:
         return _page(request, "audit/not_found.html", {"wanted": task_id, "reason": str(error)}, 404)
@@ -214,7 +229,7 @@ def _timeline(
         effects=effects_of(events),
         chosen=chosen,
         state=task_to_wire(state),
-        deliveries=_deliveries(store, task_id),
+        deliveries=deliveries_of(store, task_id),
         verification=verify_task(store, task_id, verifier_keys),
     )
 
@@ -241,15 +256,6 @@ def _unreadable(
         return error
     log.warning("the log of task %s cannot be read (%r) and does not verify", task_id, error)
     return UnreadableLogError(task_id, verification, error)
-
-
-def _deliveries(store: TaskApplication, task_id: UUID) -> list[tuple[Delivery, list[Attempt]]] | None:
-    if not isinstance(store.config, StoreConfig):
-        return None
-    recorder = store.recorder
-    assert isinstance(recorder, PostgresRunQueueRecorder)
-    with recorder.datastore.get_connection() as conn:
-        return task_deliveries(conn, store.config.schema, task_id)
 
 
 def _version_query(request: Request[object, object, State]) -> int | None:

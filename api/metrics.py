@@ -19,18 +19,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from psycopg.sql import SQL, Identifier
 
 from api.authentication import Authenticate
 from api.overload import LimitInFlight
 from domain.states import TaskState
 from projections.projector import lags
-from store.application import TaskApplication
 from store.deliveries import DELIVERY_STATES, delivery_counts
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
-
-RELAY_POSITION_TABLE = "longhaul_relay_position"
+from store.log import PostgresRunQueueRecorder, TaskApplication, read_relay_positions, read_transaction
 
 
 class StoreCollector(Collector):
@@ -82,12 +77,7 @@ class StoreCollector(Collector):
         recorder = self.store.recorder
         if not isinstance(recorder, PostgresRunQueueRecorder):
             return  # a memory store: no relay
-        statement = SQL("SELECT stream, position FROM {}.{}").format(
-            Identifier(recorder.datastore.schema), Identifier(RELAY_POSITION_TABLE)
-        )
-        with read_transaction(recorder.datastore) as curs:
-            curs.execute(statement)
-            positions = {str(row["stream"]): int(row["position"]) for row in curs.fetchall()}
+        positions = read_relay_positions(recorder.datastore)
         if self.relay_stream is not None:
             positions.setdefault(self.relay_stream, 0)  # no relay has published yet
         position = GaugeMetricFamily(

@@ -11,6 +11,9 @@ paths, whose parameters are whole segments, so ``route_verbs`` turns the request
 ``<name>:<verb>`` into ``<name>/:<verb>`` before Litestar routes it, and the handlers are mounted
 at the second form; ``described`` writes the OpenAPI paths back in the first form, with
 the request bodies and query parameters the wire models define.
+
+Longer than 500 lines on purpose: one short handler per HTTP+JSON route, each only translating to
+the one implementation in ``api/service.py``, and the OpenAPI description of the same routes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from api.agent_card import REST_PATH
 from api.audit import describe_audit_paths
 from api.authentication import caller_tenant
 from api.bodies import check_content_type, parse_json, read_body, requested_version
+from api.config import Injected
 from api.errors import (
     A2AError,
     InternalError,
@@ -80,12 +84,19 @@ Source = Literal["query", "body", "optional body"]
 """Where a route's params are: the query, or the body (a JSON object; an empty optional one is ``{}``)."""
 
 
-@dataclass(frozen=True)
-class RestSettings:
-    """What the binding needs of the gateway's settings (kept in the app's state as ``rest``)."""
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What the two bindings' handlers need of the gateway, injected by name as ``binding`` (``api.app``).
 
+    The ``service`` they call, the ``streams`` they open (a comment every ``keepalive_s`` on an
+    idle one), the bound of a request body, and the Content-Type of the HTTP+JSON binding's answers.
+    """
+
+    service: A2AService
+    streams: TaskStreams
     media_type: str
     max_body_bytes: int
+    keepalive_s: float
 
 
 # ------------------------------------------------------------------ the routes
@@ -97,38 +108,53 @@ def routes(path: str) -> list[str]:
 
 
 @post(routes("/message/:send"))
-async def send_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
+async def send_message(
+    request: AnyRequest, binding: Injected[Binding], tenant: Tenant = None
+) -> Response[bytes]:
     """SendMessage: the body is a ``SendMessageRequest``."""
-    return await _serve(request, tenant, SendMessageRequest, "send_message", source="body")
+    return await _serve(request, binding, tenant, SendMessageRequest, "send_message", source="body")
 
 
 @get(routes("/tasks/{task_id:str}"))
-async def get_task(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
+async def get_task(
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
+) -> Response[bytes]:
     """GetTask: ``historyLength`` in the query."""
-    return await _serve(request, tenant, GetTaskRequest, "get_task", path={"id": task_id})
+    return await _serve(request, binding, tenant, GetTaskRequest, "get_task", path={"id": task_id})
 
 
 @get(routes("/tasks"))
-async def list_tasks(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
+async def list_tasks(
+    request: AnyRequest, binding: Injected[Binding], tenant: Tenant = None
+) -> Response[bytes]:
     """ListTasks: every filter in the query."""
-    return await _serve(request, tenant, ListTasksRequest, "list_tasks")
+    return await _serve(request, binding, tenant, ListTasksRequest, "list_tasks")
 
 
 @post(routes("/tasks/{task_id:str}/:cancel"))
-async def cancel_task(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
+async def cancel_task(
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
+) -> Response[bytes]:
     """CancelTask: the body (``metadata``) may be empty."""
     return await _serve(
-        request, tenant, CancelTaskRequest, "cancel_task", path={"id": task_id}, source="optional body"
+        request,
+        binding,
+        tenant,
+        CancelTaskRequest,
+        "cancel_task",
+        path={"id": task_id},
+        source="optional body",
     )
 
 
 @post(routes("/tasks/{task_id:str}/pushNotificationConfigs"))
 async def create_push_config(
-    request: AnyRequest, task_id: PathText, tenant: Tenant = None
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
 ) -> Response[bytes]:
     """CreateTaskPushNotificationConfig: the body is the config; its task is the path's."""
     return await _serve(
         request,
+        binding,
         tenant,
         TaskPushNotificationConfig,
         "create_push_config",
@@ -139,19 +165,27 @@ async def create_push_config(
 
 @get(routes("/tasks/{task_id:str}/pushNotificationConfigs/{config_id:str}"))
 async def get_push_config(
-    request: AnyRequest, task_id: PathText, config_id: PathText, tenant: Tenant = None
+    request: AnyRequest,
+    binding: Injected[Binding],
+    task_id: PathText,
+    config_id: PathText,
+    tenant: Tenant = None,
 ) -> Response[bytes]:
     """GetTaskPushNotificationConfig."""
     path = {"taskId": task_id, "id": config_id}
-    return await _serve(request, tenant, GetTaskPushNotificationConfigRequest, "get_push_config", path=path)
+    return await _serve(
+        request, binding, tenant, GetTaskPushNotificationConfigRequest, "get_push_config", path=path
+    )
 
 
 @get(routes("/tasks/{task_id:str}/pushNotificationConfigs"))
-async def list_push_configs(request: AnyRequest, task_id: PathText, tenant: Tenant = None) -> Response[bytes]:
+async def list_push_configs(
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
+) -> Response[bytes]:
     """ListTaskPushNotificationConfigs: ``pageSize`` and ``pageToken`` in the query."""
     path = {"taskId": task_id}
     return await _serve(
-        request, tenant, ListTaskPushNotificationConfigsRequest, "list_push_configs", path=path
+        request, binding, tenant, ListTaskPushNotificationConfigsRequest, "list_push_configs", path=path
     )
 
 
@@ -160,43 +194,53 @@ async def list_push_configs(request: AnyRequest, task_id: PathText, tenant: Tena
     status_code=200,
 )
 async def delete_push_config(
-    request: AnyRequest, task_id: PathText, config_id: PathText, tenant: Tenant = None
+    request: AnyRequest,
+    binding: Injected[Binding],
+    task_id: PathText,
+    config_id: PathText,
+    tenant: Tenant = None,
 ) -> Response[bytes]:
     """DeleteTaskPushNotificationConfig: answers ``{}``."""
     path = {"taskId": task_id, "id": config_id}
     model = DeleteTaskPushNotificationConfigRequest
-    return await _serve(request, tenant, model, "delete_push_config", path=path)
+    return await _serve(request, binding, tenant, model, "delete_push_config", path=path)
 
 
 @get(routes("/extendedAgentCard"))
-async def get_extended_agent_card(request: AnyRequest, tenant: Tenant = None) -> Response[bytes]:
+async def get_extended_agent_card(
+    request: AnyRequest, binding: Injected[Binding], tenant: Tenant = None
+) -> Response[bytes]:
     """GetExtendedAgentCard: this agent has none."""
-    return await _unsupported(request, "GetExtendedAgentCard")
+    return await _unsupported(request, binding, "GetExtendedAgentCard")
 
 
 # The streaming methods answer ``text/event-stream`` (``api.sse``), the same streams as JSON-RPC's.
 
 
 @post(routes("/message/:stream"))
-async def send_streaming_message(request: AnyRequest, tenant: Tenant = None) -> Response[bytes] | Stream:
+async def send_streaming_message(
+    request: AnyRequest, binding: Injected[Binding], tenant: Tenant = None
+) -> Response[bytes] | Stream:
     """SendStreamingMessage: the body is a SendMessageRequest; the task's events as SSE."""
-    return await _stream(request, tenant, "SendStreamingMessage", source="body")
+    return await _stream(request, binding, tenant, "SendStreamingMessage", source="body")
 
 
 @get(routes("/tasks/{task_id:str}/:subscribe"))
 async def subscribe_get(
-    request: AnyRequest, task_id: PathText, tenant: Tenant = None
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
 ) -> Response[bytes] | Stream:
     """SubscribeToTask (GET, as the proto annotates it)."""
-    return await _stream(request, tenant, "SubscribeToTask", path={"id": task_id})
+    return await _stream(request, binding, tenant, "SubscribeToTask", path={"id": task_id})
 
 
 @post(routes("/tasks/{task_id:str}/:subscribe"))
 async def subscribe_post(
-    request: AnyRequest, task_id: PathText, tenant: Tenant = None
+    request: AnyRequest, binding: Injected[Binding], task_id: PathText, tenant: Tenant = None
 ) -> Response[bytes] | Stream:
     """SubscribeToTask (POST, as the prose specification and the SDK client send it; any body)."""
-    return await _stream(request, tenant, "SubscribeToTask", path={"id": task_id}, source="optional body")
+    return await _stream(
+        request, binding, tenant, "SubscribeToTask", path={"id": task_id}, source="optional body"
+    )
 
 
 HANDLERS = [
@@ -225,6 +269,7 @@ def rest_router() -> Router:
 
 async def _serve(
     request: AnyRequest,
+    binding: Binding,
     tenant: str | None,
     model: type[WireModel],
     method: str,
@@ -237,19 +282,20 @@ async def _serve(
     Never raises: every failure is a Status body; an unexpected one is a logged 500 without internals.
     """
     try:
-        params = await _params(request, tenant, path, source)
-        use: Callable[[WireModel], Awaitable[JSON]] = getattr(_service(request), method)
+        params = await _params(request, binding, tenant, path, source)
+        use: Callable[[WireModel], Awaitable[JSON]] = getattr(binding.service, method)
         result = await use(parse_params(model, params))
     except A2AError as error:
-        return error_response(request, error)
+        return error_response(binding.media_type, error)
     except Exception:
         log.exception("HTTP+JSON %s %s failed", request.method, request.url.path)
-        return error_response(request, InternalError())
-    return _respond(request, result, 200)
+        return error_response(binding.media_type, InternalError())
+    return _respond(binding.media_type, result, 200)
 
 
 async def _stream(
     request: AnyRequest,
+    binding: Binding,
     tenant: str | None,
     method: str,
     *,
@@ -258,22 +304,27 @@ async def _stream(
 ) -> Response[bytes] | Stream:
     """Open one streaming method (``api.streams``): refusals are Status bodies, then SSE frames."""
     try:
-        params = await _params(request, tenant, path, source)
-        streams: TaskStreams = request.app.state.streams
+        params = await _params(request, binding, tenant, path, source)
         last_event_id = request.headers.get("last-event-id")
-        frames = await streams.open(method, params, last_event_id, functools.partial(caller_tenant, request))
+        tenant_of = functools.partial(caller_tenant, request)
+        frames = await binding.streams.open(method, params, last_event_id, tenant_of)
     except A2AError as error:
-        return error_response(request, error)
+        return error_response(binding.media_type, error)
     except Exception:
         log.exception("HTTP+JSON %s %s failed", request.method, request.url.path)
-        return error_response(request, InternalError())
+        return error_response(binding.media_type, InternalError())
     envelope = rest_envelope(lambda error: error.to_status())
-    return sse_response(frames, envelope, request.app.state.keepalive_s)
+    return sse_response(frames, envelope, binding.keepalive_s)
 
 
-async def _params(request: AnyRequest, tenant: str | None, path: JSON | None, source: Source) -> JSON:
+async def _params(
+    request: AnyRequest, binding: Binding, tenant: str | None, path: JSON | None, source: Source
+) -> JSON:
     """A call's params: from ``source``, the ``path``'s over them, the caller's tenant; version checked."""
-    params = _query(request) if source == "query" else await _body(request, optional=source != "body")
+    if source == "query":
+        params = _query(request)
+    else:
+        params = await _body(request, binding.max_body_bytes, optional=source != "body")
     params.update(path or {})
     named = tenant if tenant is not None else params.get("tenant")
     if named is None or isinstance(named, str):  # else the model refuses it
@@ -282,18 +333,17 @@ async def _params(request: AnyRequest, tenant: str | None, path: JSON | None, so
     return params
 
 
-async def _unsupported(request: AnyRequest, method: str) -> Response[bytes]:
+async def _unsupported(request: AnyRequest, binding: Binding, method: str) -> Response[bytes]:
     try:
         check_version(requested_version(request))
     except A2AError as error:
-        return error_response(request, error)
-    return error_response(request, UnsupportedOperationError(UNSUPPORTED_METHODS[method]))
+        return error_response(binding.media_type, error)
+    return error_response(binding.media_type, UnsupportedOperationError(UNSUPPORTED_METHODS[method]))
 
 
-async def _body(request: AnyRequest, *, optional: bool) -> JSON:
+async def _body(request: AnyRequest, max_body_bytes: int, *, optional: bool) -> JSON:
     """The body's JSON object; an empty body is ``{}`` where the body is optional."""
-    settings: RestSettings = request.app.state.rest
-    raw = await read_body(request, limit=settings.max_body_bytes)
+    raw = await read_body(request, limit=max_body_bytes)
     if optional and not raw.strip():
         return {}
     check_content_type(request.headers.get("content-type"))
@@ -313,33 +363,30 @@ def _query(request: AnyRequest) -> JSON:
     return params
 
 
-def _service(request: AnyRequest) -> A2AService:
-    service: A2AService = request.app.state.service
-    return service
-
-
-def _respond(request: AnyRequest, document: JSON, status_code: int) -> Response[bytes]:
-    settings: RestSettings = request.app.state.rest
+def _respond(media_type: str, document: JSON, status_code: int) -> Response[bytes]:
     content = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-    return Response(content=content, status_code=status_code, media_type=settings.media_type)
+    return Response(content=content, status_code=status_code, media_type=media_type)
 
 
-def error_response(request: AnyRequest, error: A2AError) -> Response[bytes]:
-    """``error`` as a ``google.rpc.Status`` body with its HTTP status."""
-    return _respond(request, error.to_status(), error.http_status)
+def error_response(media_type: str, error: A2AError) -> Response[bytes]:
+    """``error`` as a ``google.rpc.Status`` body with its HTTP status, as ``media_type``."""
+    return _respond(media_type, error.to_status(), error.http_status)
 
 
-def route_error(request: AnyRequest, error: HTTPException) -> Response[Any]:
-    """Litestar's own refusals (no route, wrong method) under ``REST_PATH`` as Status bodies."""
+def route_error(request: AnyRequest, error: HTTPException, media_type: str) -> Response[Any]:
+    """Litestar's own refusals (no route, wrong method) under ``REST_PATH`` as Status bodies.
+
+    An exception handler gets no dependencies: ``api.app`` binds the binding's ``media_type``.
+    """
     if isinstance(error, MethodNotAllowedException):
         allowed = (error.headers or {}).get("allow", "")
         route = request.url.path.replace("/:", ":")
         text = f"{request.method} is not allowed on {route}; allowed: {allowed}"
-        return error_response(request, MethodNotAllowedError(text))
+        return error_response(media_type, MethodNotAllowedError(text))
     if isinstance(error, NotFoundException):
         route = request.url.path.replace("/:", ":")
-        return error_response(request, MethodNotFoundError(f"no A2A 1.0 HTTP+JSON route {route}"))
-    return error_response(request, InvalidRequestError(str(error.detail)))
+        return error_response(media_type, MethodNotFoundError(f"no A2A 1.0 HTTP+JSON route {route}"))
+    return error_response(media_type, InvalidRequestError(str(error.detail)))
 
 
 # ------------------------------------------------------------------ ``:verb`` routes and their OpenAPI

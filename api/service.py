@@ -46,17 +46,17 @@ from domain.skill import Skill, SkillRegistry, UnknownSkillError
 from domain.states import INTERRUPTED, TERMINAL, TaskState
 from domain.task import Task
 from projections.task_view import PageCursor, TaskQuery, TaskViewRecorder
-from projections.task_wire import iso_millis, task_to_wire
-from store.application import TaskApplication
-from store.errors import (
+from store.deliveries import check_push_url
+from store.log import (
     AnswerTooLateError,
     ApplicationError,
     ConflictError,
     NotWaitingForInputError,
     PushUrlRefusedError,
+    TaskApplication,
+    retry_lost_connection,
 )
-from store.push_urls import check_push_url
-from store.retry import retry_lost_connection
+from store.public_form import iso_millis, task_to_wire
 
 JSON = dict[str, Any]
 
@@ -74,7 +74,7 @@ class A2AService:
 
     ``task_view`` is the current-task view ListTasks reads; without one (a memory store)
     ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
-    non-public addresses (``store.push_urls``). ``hand_off`` is the worker of this process
+    non-public addresses (``store.deliveries.push_urls``). ``hand_off`` is the worker of this process
     (``longhaul up``) that takes a blocking send's new task at once into a free slot
     (``api.hand_off``).
     """

@@ -8,7 +8,7 @@ StreamResponse)`` frames that the binding writes as SSE (``api.sse``):
 - without ``last_event_id``: the task as committed (``task``, its version the frame's id: a
   ``PrimedFrames`` first frame, built before the method returns and written at once), then
   the ``statusUpdate``/``artifactUpdate`` of every later event
-  (``projections.stream_response``), read from the task feed (``api.task_feed``: NATS live, the
+  (``store.public_form.stream_frames``), read from the task feed (``api.task_feed``: NATS live, the
   log for what NATS did not bring), in version order, each once;
 - with ``last_event_id`` N (a reconnect): no snapshot, the events after version N, from the log
   and then live (ADR 0017);
@@ -39,8 +39,7 @@ from api.task_feed import PAGE, FeedOverflowError, StoreLog, TaskFeed
 from api.wire import SendMessageRequest, SubscribeToTaskRequest, parse_params
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from projections.stream_response import stream_response
-from projections.task_wire import task_to_wire
+from store.public_form import stream_response, task_to_wire
 
 JSON = dict[str, Any]
 

@@ -38,11 +38,12 @@ Core NATS, not a JetStream consumer: a core subscription gets the relay's publis
 enter the stream, at no cost per follower (no consumer to create on the server and delete again
 for every blocking call). An ordered consumer with a start sequence would need the stream
 sequence of the version to start from, which a caller holding only a version does not know; the
-log answers "after version v" with one index range instead. Measured with ``bench/feed_setup.py``
-(300 rounds, local nats-server 2.9, 2 vCPU, load average 4, 2026-12-01): set-up p50 0.21 ms for
-a core subscription (one per follower then) against 0.95 ms for an ordered consumer, publish to
-callback p50 0.20 ms against 0.28 ms (``docs/benchmarks.md`` §7). One subscription for the whole
-gateway instead of one per follower: ``docs/benchmarks.md`` §14, ADR 0038.
+log answers "after version v" with one index range instead. A core subscription also sets up
+and delivers faster than an ordered consumer. One subscription for the whole gateway instead of
+one per follower: ADR 0038.
+
+Longer than 500 lines on purpose: the feed, its ordering (``FeedOrder``) and the checks that fill a
+gap from the log are one mechanism with one lock; apart, each would reach into the others' state.
 """
 
 from __future__ import annotations
@@ -64,10 +65,8 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import SlowConsumerError
 
-from projections.event_json import dumps, event_message
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.postgres import PostgresRunQueueRecorder
+from store.log import PostgresRunQueueRecorder, TaskApplication
+from store.public_form import NatsNames, dumps, event_message
 
 JSON = dict[str, Any]
 

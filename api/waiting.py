@@ -17,7 +17,7 @@ from uuid import UUID
 
 from api.task_feed import TaskFeed
 from domain.task import Task
-from store.application import TaskApplication
+from store.log import TaskApplication
 
 STATE_EVENTS = frozenset(Task.states_entered())
 """The event types that set a task's state (the domain's ``Task.states_entered``)."""

@@ -5,7 +5,7 @@ ignored, as the specification asks. Values are read as ProtoJSON writes them: an
 (``HistoryLength``, ``PageSize``) takes a JSON number with no fraction (``3`` or ``3.0``, as a
 protobuf ``Struct`` carries every number) or a decimal string (``"3"``, as 64-bit integers
 travel), a boolean only ``true`` or ``false``. Requests are validated with these models; responses are built
-as plain JSON by ``projections.task_wire`` and these models describe (and, in tests, check) their shape.
+as plain JSON by ``store.public_form.task_wire`` and these models describe (and, in tests, check) their shape.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The load client of ``bench.a2a_compare``: A2A JSON-RPC requests on keep-alive httpx connections.
+"""The load client of the request-path part: A2A JSON-RPC requests on keep-alive httpx connections.
 
 One round (``run_round``) is ``c`` concurrent callers for a number of seconds, after a few warm-up
 requests on each connection, with the CPU spent over the timed part (``bench.process_cpu``). A
-429 is a refusal the caller waits out (``Retry-After``) and sends again; a server that answers
-``SendStreamingMessage`` without an SSE stream raises ``NoStreamError``; any other failure is
-counted in ``Round.errors``.
+429 is a refusal the caller waits out (``Retry-After``) and sends again, as an A2A client does;
+any other failure is counted in ``Round.errors``.
 """
 
 from __future__ import annotations
@@ -30,14 +29,8 @@ WARM_REQUESTS = 5
 
 CALL_TIMEOUT_S = 120.0
 """A bound on one call, connection included: a call stuck past it is counted as an error
-(``TimeoutError``) instead of holding its round forever (session 23: seventeen callers of a
-stream round at c=128 never sent their first request, their connections open and idle, and the
-round waited 10 minutes with every process idle; httpx's own timeouts did not fire)."""
-UNSUPPORTED_OPERATION = -32004
-
-
-class NoStreamError(Exception):
-    """The server refused ``SendStreamingMessage`` as an unsupported operation (no SSE stream)."""
+(``TimeoutError``) instead of holding its round forever (httpx's own timeouts do not cover a
+connection that is open and idle)."""
 
 
 class RefusedError(Exception):
@@ -102,8 +95,8 @@ async def send(http: httpx.AsyncClient, *, immediately: bool) -> float:
     return elapsed
 
 
-async def stream(http: httpx.AsyncClient) -> tuple[float, float]:
-    """Time to the first SSE event and to the terminal one."""
+async def stream(http: httpx.AsyncClient, *, first_only: bool) -> tuple[float, float]:
+    """Time to the first SSE event and to the terminal one (``first_only``: the first, twice)."""
     started = time.perf_counter()
     first = last = None
     request = body("SendStreamingMessage")
@@ -113,14 +106,14 @@ async def stream(http: httpx.AsyncClient) -> tuple[float, float]:
             raise refusal(response)
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             text = (await response.aread()).decode(errors="replace")
-            if json.loads(text).get("error", {}).get("code") == UNSUPPORTED_OPERATION:
-                raise NoStreamError(text[:300])
             raise RuntimeError(f"no stream: {text[:300]}")  # e.g. PostgreSQL out of connections
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
             now = time.perf_counter() - started
             first = now if first is None else first
+            if first_only:
+                return first, first
             result = json.loads(line[5:]).get("result", {})
             update = result.get("statusUpdate") or result.get("task") or {}
             if update.get("status", {}).get("state") in TERMINAL:
@@ -130,9 +123,9 @@ async def stream(http: httpx.AsyncClient) -> tuple[float, float]:
     return first, last
 
 
-async def one_call(http: httpx.AsyncClient, mode: str, sample: Round) -> None:
+async def one_call(http: httpx.AsyncClient, mode: str, sample: Round, *, first_only: bool) -> None:
     if mode == "stream":
-        first, last = await stream(http)
+        first, last = await stream(http, first_only=first_only)
         sample.first.append(first)
         sample.seconds.append(last)
     else:
@@ -145,36 +138,25 @@ async def run_round(
     clients: int,
     seconds: float,
     *,
-    client_per_caller: bool = False,
-    server_pid: int | None = None,
-    monitor: psycopg.Connection[TupleRow] | None = None,
+    server_pid: int,
+    monitor: psycopg.Connection[TupleRow],
+    first_only: bool = False,
 ) -> Round:
     """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
 
-    With ``server_pid``, the CPU spent over the timed part (``Round.cpu``): that process's (and
-    its children's), with a ``monitor`` connection its own PostgreSQL backends', the machine's
-    PostgreSQL's, this client's and the machine's (``bench.process_cpu``).
-
-    Each caller has its own keep-alive connection: of one shared ``httpx.AsyncClient`` (its pool
-    scans every connection and every waiting request on each request: O(clients) per request), or,
-    with ``client_per_caller``, of its own ``httpx.AsyncClient`` of one connection.
+    Each caller has its own ``httpx.AsyncClient`` of one keep-alive connection (one pool shared
+    by many callers costs O(callers) per request in the client). ``Round.cpu`` is the CPU spent
+    over the timed part (``bench.process_cpu``): the server process's (and its children's), its
+    own PostgreSQL backends' (found through ``monitor``), the machine's PostgreSQL's, this
+    client's and the machine's. ``first_only``: a stream is read to its first event only.
     """
     sample = Round()
     async with AsyncExitStack() as stack:
-        if client_per_caller:
-            one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-            https = [
-                await stack.enter_async_context(
-                    httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=one)
-                )
-                for _ in range(clients)
-            ]
-        else:
-            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-            shared = await stack.enter_async_context(
-                httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=limits)
-            )
-            https = [shared] * clients
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        https = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=base_url, timeout=60.0, limits=one))
+            for _ in range(clients)
+        ]
 
         async def caller(http: httpx.AsyncClient, into: Round, deadline: float, at_least: int = 0) -> None:
             done = 0
@@ -184,9 +166,7 @@ async def run_round(
                 while True:
                     try:
                         async with asyncio.timeout(CALL_TIMEOUT_S):
-                            await one_call(http, mode, into)
-                    except NoStreamError:
-                        raise
+                            await one_call(http, mode, into, first_only=first_only)
                     except RefusedError as refused:  # what an A2A client does: wait, send it again
                         into.refused += 1
                         if done > at_least and time.perf_counter() + refused.retry_after >= deadline:
@@ -203,10 +183,9 @@ async def run_round(
                     break
 
         await asyncio.gather(*(caller(http, Round(), 0.0, WARM_REQUESTS) for http in https))  # warm up
-        before = None if server_pid is None else read(server_pid, monitor)
+        before = read(server_pid, monitor)
         started = time.perf_counter()
         await asyncio.gather(*(caller(http, sample, started + seconds) for http in https))
         sample.per_s = len(sample.seconds) / (time.perf_counter() - started)
-        if before is not None and server_pid is not None:
-            sample.cpu = spent(before, read(server_pid, monitor))
+        sample.cpu = spent(before, read(server_pid, monitor))
     return sample

@@ -1,8 +1,8 @@
-"""The figures of ``bench.a2a_compare``: a (server, mode, c)'s rounds summed up, and the table.
+"""The figures of the request-path part: a (server, mode, c)'s rounds summed up, and the table.
 
-``summarise`` gives the JSON's summary of one server's rounds (req/s medians, percentiles over
-every round's requests, errors, refusals, CPU: ``cpu_summary``); ``against_c16`` adds each
-figure's ratio to its c=16 one; ``rows_of`` and ``TABLE_HEADERS`` make the printed table.
+``summarise`` gives the summary of one server's rounds (req/s medians, percentiles over every
+round's requests, errors, refusals, CPU: ``cpu_summary``); ``rows_of`` and ``TABLE_HEADERS``
+make the printed table.
 """
 
 from __future__ import annotations
@@ -75,95 +75,39 @@ def cpu_summary(rounds: list[Round]) -> dict[str, Any]:
     return summary
 
 
-def cpu_text(s: dict[str, Any]) -> tuple[str, str]:
-    """The table's CPU cells: ms per request (server / its PostgreSQL backends / the machine's
-    PostgreSQL), cores (server / its backends / the machine's PG / client / all)."""
-    if "cpu_ms_per_request" not in s:
-        return "", ""
-
-    def figure(value: float | None) -> str:
-        return "?" if value is None else f"{value:.2f}"
-
-    per_request = " / ".join(
-        figure(s.get(k))
-        for k in ("cpu_ms_per_request", "server_postgres_cpu_ms_per_request", "postgres_cpu_ms_per_request")
-    )
-    cores = " / ".join(
-        figure(s.get(k))
-        for k in (
-            "server_cores",
-            "server_postgres_cores",
-            "postgres_cores",
-            "client_cores",
-            "machine_busy_cores",
-        )
-    )
-    return per_request, cores
-
-
-def rows_of(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> list[list[Any]]:
+def rows_of(results: dict[str, dict[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The printed table's rows: one per (mode, c, server)."""
     rows = []
     for key, by_server in results.items():
         mode, c = key.split("@c=")
-        ours = by_server.get("longhaul", {})
-        for name in names:
-            s = by_server.get(name)
-            if s is None or "unsupported" in s:
-                rows.append([mode, c, name, "no SSE stream", *[""] * 10])
-                continue
-            ratio = ""
-            if name != "longhaul" and ours and "unsupported" not in ours:
-                ratio = (
-                    f"{ours['per_s_median'] / s['per_s_median']:.2f}x / {ours['p50_ms'] / s['p50_ms']:.2f}x"
-                )
-                if "first_p50_ms" in s and "first_p50_ms" in ours:
-                    ratio += f" / {ours['first_p50_ms'] / s['first_p50_ms']:.2f}x"
-            first = f"{s['first_p50_ms']:.1f} / {s['first_p99_ms']:.1f}" if "first_p50_ms" in s else ""
+        for name, s in by_server.items():
+            first = s.get("first_p50_ms", float("nan"))
             rows.append(
                 [
-                    mode,
-                    c,
+                    f"{mode} c={c}",
                     name,
-                    f"{s['per_s_median']:.0f}",
-                    f"{s['p50_ms']:.1f}",
-                    f"{s['p99_ms']:.1f}",
+                    s["per_s_median"],
+                    s["p50_ms"],
+                    s["p99_ms"],
                     first,
                     s["errors"],
-                    ratio,
-                    s.get("refused", 0),
-                    f"{s['to_success_p50_ms']:.1f} / {s['to_success_p99_ms']:.1f}"
-                    if "to_success_p50_ms" in s
-                    else "",
-                    f"{s['per_s_vs_c16']:.2f}" if "per_s_vs_c16" in s else "",
-                    *cpu_text(s),
+                    s["refused"],
+                    s.get("cpu_ms_per_request"),
+                    s.get("server_postgres_cpu_ms_per_request"),
                 ]
             )
     return rows
 
 
-def against_c16(results: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """Add each figure's ratio to the same server's c=16 req/s in the same mode and run."""
-    for key, by_server in results.items():
-        mode = key.split("@c=")[0]
-        for name, s in by_server.items():
-            c16 = results.get(f"{mode}@c=16", {}).get(name, {})
-            if "per_s_median" in s and c16.get("per_s_median"):
-                s["per_s_vs_c16"] = round(s["per_s_median"] / c16["per_s_median"], 2)
-
-
 TABLE_HEADERS = [
     "mode",
-    "c",
     "server",
     "req/s",
     "p50 ms",
     "p99 ms",
-    "first p50/p99 ms",
+    "first p50 ms",
     "errors",
-    "longhaul ÷ it: req/s / p50 (/ first p50)",
     "refused",
-    "to success p50/p99 ms",
-    "req/s ÷ its c=16",
-    "CPU ms/req: server / its PG backends / all PG",
-    "cores: server / its PG / all PG / client / machine",
+    "CPU ms/req",
+    "its PG ms/req",
 ]

@@ -1,13 +1,13 @@
-"""Helpers every benchmark shares: a fresh schema, percentiles, tables, JSON results, machine info."""
+"""What every benchmark shares: a run's options, a fresh schema and stream, processes, figures, tables."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -15,33 +15,39 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 import nats.js.errors
 import psycopg
 from psycopg import sql
 
-DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from domain.task import Task
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+SKILL_MODULES = ["bench.noop_skills"]
+TENANT = "bench"
 
 
-QUICK_HELP = "small sizes: finishes in under a minute"
+@dataclass(frozen=True)
+class Options:
+    """What every part of a run is given: where PostgreSQL and NATS are, and the sizes to use."""
+
+    database_url: str
+    nats_url: str
+    quick: bool
 
 
-def base_parser(description: str, *, quick_help: str = QUICK_HELP) -> argparse.ArgumentParser:
-    """The flags every benchmark takes; ``quick_help``: what ``--quick`` does, for one that differs."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
-    parser.add_argument("--quick", action="store_true", help=quick_help)
-    parser.add_argument("--no-json", action="store_true", help="do not write bench/results/<name>.json")
-    parser.add_argument("--tag", help="write bench/results/<name>.<tag>.json (a variant run) instead")
-    return parser
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def free_port() -> int:
@@ -52,8 +58,11 @@ def free_port() -> int:
         return port
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ----------------------------------------------------------------------------- PostgreSQL and NATS
 
 
 @contextmanager
@@ -65,24 +74,12 @@ def fresh_schema(database_url: str, name: str) -> Iterator[str]:
     try:
         yield schema
     finally:
-        drop_schema(database_url, schema)
-
-
-@contextmanager
-def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
-    """``stream``, the JetStream stream of one run, deleted at the end (if anything made it)."""
-    try:
-        yield stream
-    finally:
-        delete_stream(nats_url, stream)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def delete_stream(nats_url: str, stream: str) -> None:
-    """Delete a run's JetStream stream, quietly if it does not exist; callable from async code too.
-
-    A run that leaves its stream behind leaves its messages on the NATS server's disk, and the
-    next runs share the server with them.
-    """
+    """Delete a run's JetStream stream (quietly if none), from a thread: callable from async code."""
 
     async def delete() -> None:
         client = await nats.connect(nats_url)
@@ -98,9 +95,128 @@ def delete_stream(nats_url: str, stream: str) -> None:
     thread.join()
 
 
-def drop_schema(database_url: str, schema: str) -> None:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+@contextmanager
+def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
+    """``stream``, the JetStream stream of one run, deleted at the end (its messages off the disk)."""
+    try:
+        yield stream
+    finally:
+        delete_stream(nats_url, stream)
+
+
+def new_task(skill: str, params: dict[str, Any] | None = None) -> Task:
+    """A task of ``skill`` submitted now, not saved."""
+    return Task.submit(
+        task_id=uuid.uuid4(),
+        now=utc_now(),
+        tenant=TENANT,
+        context_id=str(uuid.uuid4()),
+        skill=skill,
+        skill_version=1,
+        message={"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]},
+        params=params or {},
+    )
+
+
+def leased_task(skill: str = "bench-noop-1") -> Task:
+    """A task submitted and leased to the benchmark for an hour, not saved."""
+    task = new_task(skill)
+    now = utc_now()
+    task.grant_lease(worker="bench", now=now, until=now + timedelta(hours=1))
+    return task
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def process_env() -> dict[str, str]:
+    """The environment of a process the benchmark starts: this one's, without its LONGHAUL_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
+    return env | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT)}
+
+
+def longhaul_env(database_url: str, schema: str, **settings: Any) -> dict[str, str]:
+    """The environment of a ``longhaul`` process on ``schema``, ``settings`` as LONGHAUL_* variables."""
+    env = process_env() | {
+        "LONGHAUL_DATABASE_URL": database_url,
+        "LONGHAUL_DATABASE_SCHEMA": schema,
+        "LONGHAUL_SKILL_MODULES": json.dumps(SKILL_MODULES),
+    }
+    return env | {f"LONGHAUL_{key.upper()}": str(value) for key, value in settings.items()}
+
+
+def start(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python -m <module...>`` in a session of its own, its output in ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *module],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(process: subprocess.Popen[Any], timeout: float = 20.0) -> int:
+    """SIGTERM, then SIGKILL after ``timeout``: the exit code."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait(10)
+
+
+def wait_for(
+    log: Path, text: str, process: subprocess.Popen[Any] | None = None, timeout: float = 60.0
+) -> float:
+    """Block until ``log`` holds ``text``: the seconds it took (the process exiting first: an error)."""
+    began = time.monotonic()
+    while text not in log.read_text(errors="replace"):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+        if time.monotonic() - began > timeout:
+            raise TimeoutError(f"{text!r} not in {log} after {timeout:.0f} s")
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+def wait_serving(base_url: str, process: subprocess.Popen[Any], log: Path, timeout: float = 60.0) -> None:
+    """Block until an A2A server answers its agent card."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(f"{base_url}/.well-known/agent-card.json", timeout=2).raise_for_status()
+            return
+        except httpx.HTTPError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{base_url} does not serve:\n{log.read_text(errors='replace')}") from None
+            time.sleep(0.1)
+
+
+def paced(threads: int, rate: float, seconds: float, action: Callable[[int], None]) -> float:
+    """``action(thread)`` from ``threads`` threads, ``rate`` calls a second in all, for ``seconds``
+    (one thread alone falls behind a rate of commits of a few ms each): the seconds it took."""
+
+    def loop(index: int) -> None:
+        began = next_at = time.monotonic()
+        while time.monotonic() - began < seconds:
+            action(index)
+            next_at += threads / rate
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    began = time.monotonic()
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    return time.monotonic() - began
+
+
+# ----------------------------------------------------------------------------- figures
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -108,8 +224,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
     pos = q * (len(ordered) - 1)
     low = int(pos)
     high = min(low + 1, len(ordered) - 1)
@@ -117,21 +231,18 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
-    """n, median, p95, p99, min, max, mean of durations given in seconds, in milliseconds."""
+    """n, median, p99 and max of durations given in seconds, in milliseconds."""
     ms = [s * 1000 for s in seconds]
     return {
         "n": len(ms),
         "median_ms": round(statistics.median(ms), 3) if ms else float("nan"),
-        "p95_ms": round(percentile(ms, 0.95), 3),
         "p99_ms": round(percentile(ms, 0.99), 3),
-        "min_ms": round(min(ms), 3) if ms else float("nan"),
         "max_ms": round(max(ms), 3) if ms else float("nan"),
-        "mean_ms": round(statistics.fmean(ms), 3) if ms else float("nan"),
     }
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table with right-aligned numbers."""
+    """A plain-text table, numbers right-aligned."""
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
@@ -140,104 +251,51 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
             return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
         if isinstance(value, int):
             return f"{value:,}"
-        return str(value)
+        return "-" if value is None else str(value)
 
     text = [[cell(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in text)) if text else len(h) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        padded = [
+        return "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(padded)
+        )
 
-    lines = [line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in text)]
-    return "\n".join(lines)
-
-
-SPEED_ADDITIONS = 1_000_000
-SPEED_TRIES = 5
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in text)])
 
 
 def python_speed_ms() -> float:
-    """The milliseconds one million Python additions take here, the fastest of a few tries.
+    """The milliseconds one million Python additions take here, the fastest of five tries.
 
-    The processor's speed for one thread of Python: what a c=1 figure, one GIL's worth of work
-    per request, moves with. Machines of the same kind have differed twofold between sessions
-    (docs/benchmarks.md §11 "Session 33"); a ratio to a baseline of the same run does not cancel
-    that out when the two servers spend their time differently.
+    The processor's speed for one thread of Python, which every c=1 figure moves with: compare
+    runs on different machines by it before reading a change into them.
     """
     fastest = math.inf
-    for _ in range(SPEED_TRIES):
+    for _ in range(5):
         started = time.perf_counter()
         total = 0
-        for number in range(SPEED_ADDITIONS):
+        for number in range(1_000_000):
             total += number
         fastest = min(fastest, time.perf_counter() - started)
     return round(fastest * 1000, 1)
 
 
 def machine_info(database_url: str) -> dict[str, Any]:
-    """What the figures were measured on (the processor's speed too: ``python_speed_ms``)."""
+    """What the figures were measured on."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        pg_version = conn.execute("SHOW server_version").fetchone()
+        version = conn.execute("SHOW server_version").fetchone()
         sync = conn.execute("SHOW synchronous_commit").fetchone()
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (float("nan"),) * 3
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
     return {
         "nproc": os.cpu_count(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "postgresql": pg_version[0] if pg_version else "?",
-        "psycopg_impl": psycopg.pq.__impl__,
+        "postgresql": version[0] if version else "?",
         "synchronous_commit": sync[0] if sync else "?",
-        "loadavg_at_start": [round(x, 2) for x in load],
         "python_ms_per_million_additions": python_speed_ms(),
+        "loadavg_at_start": loadavg(),
         "git_commit": commit,
-        "git_tree_dirty": bool(dirty),
         "measured_at": utc_now().isoformat(timespec="seconds"),
     }
-
-
-def write_results(name: str, payload: dict[str, Any], args: argparse.Namespace) -> Path | None:
-    """Write ``bench/results/<name>[.<tag>][.quick].json``."""
-    if args.no_json:
-        return None
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = f"{name}.{args.tag}" if args.tag else name
-    path = RESULTS_DIR / (f"{stem}.quick.json" if args.quick else f"{stem}.json")
-    payload = {**payload, "command": " ".join(["python -m", f"bench.{name}", *sys.argv[1:]])}
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(f"\nresults written to {path.relative_to(REPO_ROOT)}")
-    return path
-
-
-class Stopwatch:
-    """``with Stopwatch() as sw: ...; sw.seconds``."""
-
-    def __enter__(self) -> Stopwatch:
-        self.start = time.perf_counter()
-        self.seconds = 0.0
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self.start

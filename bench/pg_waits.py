@@ -3,9 +3,9 @@
 A ``WaitSampler`` reads ``pg_stat_activity`` in a thread of its own (every millisecond by
 default) and counts each busy backend it is given once per sample, by what it waits on and by the
 kind of statement it runs (``statement_kind``). The backends are given by pid (a server's, found
-through its connections by ``bench.process_cpu.server_backends``: ``bench.request_hops
---pg-waits``) or by the schema their statements name (``bench.step_throughput --sample-pg``, whose
-workers are processes of their own). What a backend waits on: ``CPU`` when nothing (running, or
+through its connections by ``bench.process_cpu.server_backends``) or by the schema their
+statements name (the step part, ``bench.step_throughput``, whose workers are processes of their
+own). What a backend waits on: ``CPU`` when nothing (running, or
 ready to run and waiting for a core), its wait event (``IO WALSync``: its commit's WAL flush;
 ``Lock relation``: a table lock), or ``idle in transaction`` (the client has not sent the next
 statement of an open transaction).

@@ -1,35 +1,18 @@
 """CPU seconds spent over a window of a benchmark: a server's, its PostgreSQL backends', the
-machine's PostgreSQL's, the client's.
+machine's PostgreSQL's, the client's, the machine's. All of it is read from ``/proc`` (psutil).
 
-The one place a benchmark reads CPU time: of a process it started (``tree_cpu_seconds``), of
-itself (``this_process_seconds``), of the PostgreSQL backends serving a process
-(``server_backends``, read in the same pass as all of PostgreSQL) and of the machine.
-
-All of it is read from ``/proc`` through psutil (``/proc/<pid>/stat``: utime + stime, and cutime +
-cstime, the time of the children a process waited for; ``/proc/stat`` for the whole machine):
-
-- the server: the process and every descendant alive at the reading, each with its waited-for
-  children, so a child that ended inside the window is still counted once;
-- the server's PostgreSQL: the backends that serve the server's process tree, found at each
-  reading: the local (address, port) of each of the tree's TCP connections
-  (``net_connections``) matched to ``pg_stat_activity``'s (``client_addr``, ``client_port``).
-  A backend found at the window's end counts what it spent since the start (all of it if it
-  started inside the window); a backend found at the start and gone at the end (its connection
-  closed) is counted in ``server_postgres_ended``, not in the figure: what it spent inside the
-  window went to the postmaster's waited-for children, which only the whole-machine figure
-  holds. A backend that started and ended inside the window is not seen at all. So the figure
-  is a lower bound, exact when the server keeps its connections (a pool) over the window. The
-  monitor connection's host is the server's (the same database URL): over a unix socket
-  (``pg_stat_activity.client_port`` -1) nothing can be matched and the figure is None;
-- PostgreSQL: every process named ``postgres`` on the machine, the same way (the postmaster
-  waits for each backend that ends), so it is **the whole machine's PostgreSQL**: every database
-  and every other engineer's work on it, not one benchmark's; None when no such process is
-  visible (a server on another host);
-- the client: this process (the load client of ``bench.a2a_compare``), every thread of it
-  (``time.process_time``: the kernel's per-process clock, finer than ``/proc``'s ticks);
+- the server: the process and every descendant alive at the reading, each with the time of the
+  children it waited for, so a child that ended inside the window is still counted once;
+- the server's PostgreSQL: the backends serving the server's process tree, found at each
+  reading by matching the local (address, port) of its TCP connections to
+  ``pg_stat_activity``'s (``client_addr``, ``client_port``). A backend gone by the window's end
+  is counted in ``server_postgres_ended``, not in the figure, so the figure is a lower bound,
+  exact when the server keeps its connections (a pool). Over a unix socket nothing matches and
+  the figure is None;
+- PostgreSQL: every process named ``postgres`` on the machine: the whole machine's PostgreSQL,
+  everyone's work on it; None when no such process is visible;
+- the client: this process (``time.process_time``), every thread of it;
 - the machine: every core's busy time (all but idle and iowait), everyone's.
-
-A process that ends between the listing and its reading is left out of that reading.
 """
 
 from __future__ import annotations

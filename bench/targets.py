@@ -1,320 +1,407 @@
-"""Every target of issues 10 and 7 in one run: each figure beside its same-run baseline, and a verdict.
+"""The targets: what each one means, the figure and the same-run baseline it reads, its line.
 
-One command from a clean clone (the machine's PostgreSQL and NATS are all it needs, as for the
-other benchmarks) runs the benchmarks the targets need, by calling their own ``run``:
+``TARGETS`` is the one list (the table in ``docs/benchmarks.md`` has one row per id). Each target
+names the part of the run that measures it (``bench.__main__``), its rule (longhaul's figure, or
+its ratio to the baseline, against a threshold) and a function that reads the figure and the
+baseline out of that part's results. A measured value within 30 % of its threshold is marked as
+not decided by one run: on a shared machine of two cores, runs move by that much.
 
-- ``a2a``: ``bench.a2a_compare``, longhaul, the a2a-sdk in-memory and PostgreSQL servers, all three
-  modes at c = 1, 16, 64 and 128 (``--client-per-caller``: at 128 callers one shared httpx pool is
-  the bottleneck, docs/benchmarks.md §13), rounds interleaved;
-- ``sse``: ``bench.sse_latency`` at 200 commits/s with 50 and with 1,000 open streams (raw NATS);
-- ``steps``: ``bench.step_throughput`` with 2 workers x 32 and 1 worker x 64 (plain psycopg);
-- ``webhook``: ``bench.webhook_latency`` at 200 tasks/s, the receiver in its own process (raw NATS).
-
-Each part starts once the whole machine is quiet (under 0.3 of a core busy over half a second;
-``bench.process_cpu.settle_machine``, at most ``SETTLE_S``), so that what the part before left
-running (PostgreSQL's checkpoint after the step runs' commits, processes still exiting) does not
-run in its window; the seconds it waited are kept with the part (``settled_s``).
-
-Then it prints the verdict table (``bench.verdicts``: one row per target, longhaul's figure, the
-baseline, the ratio, met or missed and why: what went wrong in the measurement, and for a target
-missed or within 30 % the reason its figures tell, ``bench.reasons``) and writes
-``bench/results/targets.json``
-(``targets.quick.json``, ``targets.<tag>.json``): every part's results, the machine, the load
-average before and after each part, the git commit. ``--markdown FILE`` writes the table as
-markdown, for the top of docs/benchmarks.md: the table (its verdict cells without the measured
-reasons) and under it "Why the misses", one entry per target missed or within 30 %.
-
-    uv run python -m bench.targets                 # about 20 minutes by its sizes
-    uv run python -m bench.targets --quick         # a few minutes: every part at smaller sizes, not a verdict
-    uv run python -m bench.targets --parts sse,webhook --tag T --markdown /tmp/targets.md
-    uv run python -m bench.targets --decide bench/results/targets.json --markdown /tmp/t.md  # no run
-
-Run it inside the benchmark lock (``flock /tmp/bench.lock ...``) on a shared machine.
+Nothing here starts a process or opens a connection.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import time
-import traceback
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from bench import a2a_compare, sse_latency, step_throughput, webhook_latency
-from bench.common import base_parser, machine_info, table, utc_now, write_results
-from bench.process_cpu import settle_machine
-from bench.reasons import TIMES
-from bench.verdicts import TARGETS, UNDECIDED, Verdict, decide_all
+from bench import sse_latency, webhook_latency
+from bench.nats_watch import RAW
 
-PARTS = ("a2a", "sse", "steps", "webhook")
-SETTLE_S = 60.0
-"""The longest a part waits for the machine to be quiet after the part before (``settle_machine``)."""
-STEP_RUNS = {
-    "two_workers": ["--workers", "2", "--concurrency", "32"],
-    "one_worker": ["--workers", "1", "--concurrency", "64"],
-}
+CLOSE = 0.3
+UNDECIDED = "(within 30 %: not decided by one run)"
+TIMES = "\u00d7"
+REACHED = 0.9
+"""A load that reached less than this share of its rate did not measure the target's load."""
 
-SIZES: dict[str, dict[str, list[str]]] = {
-    "full": {
-        "a2a": ["--concurrency", "1", "16", "64", "128", "--rounds", "3", "--seconds", "5"],
-        "sse": ["--streams", "50", "1000", "--seconds", "30"],
-        "steps": ["--tasks", "2000", "--baseline-seconds", "5"],
-        "webhook": ["--seconds", "30"],
-    },
-    "quick": {
-        "a2a": ["--concurrency", "1", "16", "128", "--rounds", "1", "--seconds", "2"],
-        "sse": ["--streams", "50", "1000", "--seconds", "8"],
-        "steps": ["--tasks", "400", "--baseline-seconds", "2"],
-        "webhook": ["--seconds", "8"],
-    },
-}
-"""Each part's size flags; the flags every run of a part has are in ``argv``."""
+Outcome = Literal["met", "missed", "not run"]
+Results = Mapping[str, Any]
 
 
-def argv(part: str, args: argparse.Namespace) -> list[str]:
-    """The command line ``part``'s benchmark is run with (its JSON not written: this run's holds it)."""
-    words = [
-        "--database-url",
-        args.database_url,
-        "--no-json",
-        *SIZES["quick" if args.quick else "full"][part],
-    ]
-    if part == "a2a":
-        return [*words, "--client-per-caller"]
-    if part == "sse":
-        return [*words, "--nats-url", args.nats_url, "--rate", "200"]
-    if part == "webhook":
-        return [*words, "--nats-url", args.nats_url, "--rate", "200", "--receiver", "process"]
-    return words
+@dataclass(frozen=True)
+class Rule:
+    """``on`` (longhaul's figure, or its ratio to the baseline) ``op`` ``threshold``.
+
+    ``noisy``: a measured rate or time, so a value within ``CLOSE`` of the threshold is not decided
+    by one run; a count (errors, refusals) is exact.
+    """
+
+    on: Literal["figure", "ratio"]
+    op: Literal[">=", "<", "<="]
+    threshold: float
+    unit: str = ""
+    noisy: bool = True
+
+    def holds(self, value: float) -> bool:
+        if self.op == ">=":
+            return value >= self.threshold
+        return value < self.threshold if self.op == "<" else value <= self.threshold
+
+    def close(self, value: float) -> bool:
+        return self.noisy and abs(value - self.threshold) <= CLOSE * abs(self.threshold)
+
+    def describe(self) -> str:
+        unit = TIMES if self.on == "ratio" else f" {self.unit}".rstrip()
+        return f"{'ratio' if self.on == 'ratio' else 'longhaul'} {self.op} {self.threshold:g}{unit}"
 
 
-def run_a2a(args: argparse.Namespace) -> dict[str, Any]:
-    os.environ["LONGHAUL_NATS_URL"] = args.nats_url  # a2a_compare hands it to `longhaul up`
-    return a2a_compare.run(a2a_compare.parse_args(argv("a2a", args)))
+@dataclass(frozen=True)
+class Measured:
+    """longhaul's figure and the baseline of the same run, as numbers and as the table shows them;
+    ``problems``: what went wrong in the measurement (errors, a rate not reached)."""
+
+    figure: float | None
+    baseline: float | None = None
+    figure_text: str = ""
+    baseline_text: str = ""
+    problems: tuple[str, ...] = ()
 
 
-def run_sse(args: argparse.Namespace) -> dict[str, Any]:
-    return sse_latency.run(sse_latency.arguments(argv("sse", args)))
+@dataclass(frozen=True)
+class Target:
+    id: str
+    text: str
+    part: str
+    rule: Rule
+    measure: Callable[[Results], Measured] = field(repr=False, compare=False)
 
 
-def run_steps(args: argparse.Namespace) -> dict[str, Any]:
-    """Both step runs; one that fails is recorded as such and the other still runs."""
-    runs: dict[str, Any] = {}
-    for name, words in STEP_RUNS.items():
-        print(f"\n[targets] steps: {name.replace('_', ' ')}", flush=True)
-        try:
-            runs[name] = step_throughput.run(step_throughput.arguments([*argv("steps", args), *words]))
-        except Exception as error:  # noqa: BLE001 - recorded: the verdict says why
-            traceback.print_exc()
-            runs[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
-    return runs
+@dataclass(frozen=True)
+class Verdict:
+    target: Target
+    outcome: Outcome
+    measured: Measured | None = None
+    ratio: float | None = None
+    close: bool = False
+    why: tuple[str, ...] = ()
 
+    def text(self) -> str:
+        """``met``, ``missed (within 30 %: not decided by one run): 3 errors``, ``not run: ...``"""
+        words = self.outcome + (f" {UNDECIDED}" if self.close else "")
+        return f"{words}: {'; '.join(self.why)}" if self.why else words
 
-def run_webhook(args: argparse.Namespace) -> dict[str, Any]:
-    return webhook_latency.run(webhook_latency.arguments(argv("webhook", args)))
-
-
-RUNS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
-    "a2a": run_a2a,
-    "sse": run_sse,
-    "steps": run_steps,
-    "webhook": run_webhook,
-}
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def elapsed(since: float) -> str:
-    seconds = int(time.monotonic() - since)
-    return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-def run_parts(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Each part named by ``--parts``, in order: its results (or its error), times and load."""
-    parts: dict[str, dict[str, Any]] = {}
-    began = time.monotonic()
-    for number, name in enumerate(args.parts, 1):
-        settled = settle_machine(most_s=SETTLE_S)
-        record: dict[str, Any] = {
-            "argv": argv(name, args),
-            "settled_s": round(settled, 1),
-            "loadavg_before": loadavg(),
-            "started_at": utc_now().isoformat(timespec="seconds"),
+    def as_dict(self) -> dict[str, Any]:
+        m = self.measured or Measured(None)
+        return {
+            "id": self.target.id,
+            "target": self.target.text,
+            "rule": self.target.rule.describe(),
+            "figure": m.figure,
+            "figure_text": m.figure_text,
+            "baseline": m.baseline,
+            "baseline_text": m.baseline_text,
+            "ratio": self.ratio,
+            "verdict": self.text(),
         }
-        print(
-            f"\n[targets {elapsed(began)}] part {number}/{len(args.parts)} {name}: started after "
-            f"{settled:.1f} s for the machine to be quiet, load {record['loadavg_before']}",
-            flush=True,
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a float; None for a missing or NaN figure."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return None if math.isnan(value) else float(value)
+
+
+def decide(target: Target, parts: Mapping[str, Mapping[str, Any]]) -> Verdict:
+    """The verdict on ``target`` from a run's results by part."""
+    part = parts.get(target.part)
+    if part is None:
+        return Verdict(target, "not run", why=(f"part {target.part} not run",))
+    if "error" in part:
+        return Verdict(target, "missed", why=(f"the part failed: {part['error']}",))
+    measured = target.measure(part.get("results") or {})
+    figure, baseline = number(measured.figure), number(measured.baseline)
+    ratio = figure / baseline if figure is not None and baseline else None
+    why = list(measured.problems)
+    if baseline is None:
+        why.append("baseline missing")
+    value = ratio if target.rule.on == "ratio" else figure
+    if value is None:
+        return Verdict(target, "missed", measured, ratio, why=tuple(["no figure"] * (figure is None) + why))
+    outcome: Outcome = "met" if target.rule.holds(value) else "missed"
+    return Verdict(target, outcome, measured, ratio, target.rule.close(value), tuple(why))
+
+
+def decide_all(parts: Mapping[str, Mapping[str, Any]]) -> list[Verdict]:
+    return [decide(target, parts) for target in TARGETS]
+
+
+# ----------------------------------------------------------------------------- the request path
+
+MODE = {"blocking": "blocking", "immediately": "returnImmediately", "stream": "stream"}
+SERVER = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store", "longhaul": "longhaul"}
+ANSWER = "longhaul-answer"
+
+
+def a2a_row(results: Results, mode: str, c: int, server: str) -> dict[str, Any] | None:
+    row = (results.get("results") or {}).get(f"{mode}@c={c}", {}).get(server)
+    return row if isinstance(row, dict) else None
+
+
+def errors_of(row: Mapping[str, Any] | None, who: str = "longhaul") -> list[str]:
+    if row is None or not row.get("errors"):
+        return []
+    kinds = ", ".join(f"{k} {n}" for k, n in (row.get("error_kinds") or {}).items())
+    return [f"{who}: {row['errors']} errors" + (f" ({kinds})" if kinds else "")]
+
+
+def rate_text(row: Mapping[str, Any] | None) -> str:
+    return "" if row is None else f"{row['per_s_median']:,.0f} req/s, p50 {row['p50_ms']:,.1f} ms"
+
+
+def first_text(row: Mapping[str, Any] | None) -> str:
+    return "" if row is None or "first_p50_ms" not in row else f"first p50 {row['first_p50_ms']:,.1f} ms"
+
+
+def p99_text(row: Mapping[str, Any] | None) -> str:
+    return "" if row is None else f"p99 {row['p99_ms']:,.0f} ms"
+
+
+def against(
+    mode: str, c: int, server: str, key: str = "per_s_median", ours: str = "longhaul", their_c: int = 0
+) -> Callable[[Results], Measured]:
+    """``ours``'s ``key`` in ``mode`` at ``c`` beside ``server``'s in the same run (at ``their_c``
+    clients when given). The durable answer (``longhaul-answer``) is shown with the whole ``up``'s
+    figure beside it."""
+    text = {"first_p50_ms": first_text, "p99_ms": p99_text}.get(key, rate_text)
+    label = f"{SERVER[server]}" + (f" at c={their_c}:" if their_c else "")
+
+    def measure(results: Results) -> Measured:
+        mine, theirs = a2a_row(results, mode, c, ours), a2a_row(results, mode, their_c or c, server)
+        figure_text = text(mine)
+        if ours == ANSWER and (whole := a2a_row(results, mode, c, "longhaul")) is not None:
+            figure_text += f" (whole up: {text(whole)})"
+        return Measured(
+            figure=None if mine is None else mine.get(key),
+            baseline=None if theirs is None else theirs.get(key),
+            figure_text=figure_text,
+            baseline_text=f"{label} {text(theirs)}" if theirs else "",
+            problems=(*errors_of(mine), *errors_of(theirs, SERVER[server])),
         )
-        t0 = time.monotonic()
-        try:
-            record["results"] = RUNS[name](args)
-        except Exception as error:  # noqa: BLE001 - recorded: the verdicts of this part say why
-            traceback.print_exc()
-            record["error"] = f"{type(error).__name__}: {error}"[:500]
-        record["seconds"] = round(time.monotonic() - t0, 1)
-        record["loadavg_after"] = loadavg()
-        print(
-            f"[targets {elapsed(began)}] part {name}: {'failed' if 'error' in record else 'done'} "
-            f"in {record['seconds']:.0f} s, load {record['loadavg_after']}",
-            flush=True,
-        )
-        parts[name] = record
-    return parts
+
+    return measure
 
 
-def ratio_text(verdict: Verdict) -> str:
-    return "" if verdict.ratio is None else f"{verdict.ratio:.2f}{TIMES}"
-
-
-def figure_text(verdict: Verdict) -> str:
-    return "" if verdict.measured is None else verdict.measured.figure_text
-
-
-def baseline_text(verdict: Verdict) -> str:
-    return "" if verdict.measured is None else verdict.measured.baseline_text
-
-
-def cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-QUICK_HELP = "a few minutes: every part at smaller sizes; its table is not a verdict"
-
-
-def markdown(verdicts: list[Verdict], heading: str) -> str:
-    """The verdict table as markdown, and under it "Why the misses": the top of docs/benchmarks.md."""
-    lines = [
-        heading,
-        "",
-        "| id | target (issue) | longhaul | same-run baseline | ratio | verdict |",
-        "|---|---|---:|---:|---:|---|",
-    ]
-    for v in verdicts:
-        words = f"**{v.outcome}**" + (f" {UNDECIDED}" if v.close else "")
-        words += f": {'; '.join(v.problems)}" if v.problems else ""
-        lines.append(
-            f"| `{v.target.id}` | {cell(v.target.text)} ({v.target.issue}) | {cell(figure_text(v))} "
-            f"| {cell(baseline_text(v))} | {ratio_text(v)} | {cell(words)} |"
-        )
-    told = [v for v in verdicts if v.reasons]
-    if told:
-        lines += ["", WHY_HEADING, ""]
-        lines += [f"- `{v.target.id}` ({v.outcome}): {'; '.join(v.reasons)}." for v in told]
-    return "\n".join(lines) + "\n"
-
-
-WHY_HEADING = "**Why the misses** (and the targets within 30 %), from the run's own figures:"
-
-
-def heading(args: argparse.Namespace, info: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
-    """Which run the table is of: command, commit, times, the load around each part."""
-    loads = "; ".join(
-        f"{name} {p['loadavg_before'][0]:g} → {p['loadavg_after'][0]:g}" for name, p in parts.items()
+def cpu_per_task(results: Results) -> Measured:
+    """The whole ``up``'s CPU per blocking echo task at c=1 (its process and its PostgreSQL
+    backends) beside the in-memory server's CPU per request."""
+    ours, theirs = a2a_row(results, "blocking", 1, "longhaul"), a2a_row(results, "blocking", 1, "sdk-memory")
+    own = None if ours is None else number(ours.get("cpu_ms_per_request"))
+    backends = None if ours is None else number(ours.get("server_postgres_cpu_ms_per_request"))
+    figure = None if own is None or backends is None else own + backends
+    baseline = None if theirs is None else number(theirs.get("cpu_ms_per_request"))
+    return Measured(
+        figure=figure,
+        baseline=baseline,
+        figure_text=""
+        if figure is None
+        else f"{figure:.2f} ms ({own:.2f} up + {backends:.2f} its PostgreSQL)",
+        baseline_text="" if baseline is None else f"in-memory {baseline:.2f} ms per request",
+        problems=tuple(errors_of(ours)),
     )
-    dirty = " with uncommitted changes" if info.get("git_tree_dirty") else ""
-    quick = " **A quick run: smaller sizes than the targets name; not a verdict.**" if args.quick else ""
-    command = "python -m bench.targets" + (" --quick" if args.quick else "")
-    if list(args.parts) != list(PARTS):
-        command += f" --parts {','.join(args.parts)}"
-    speed = info.get("python_ms_per_million_additions")
-    processor = (
-        f"; the processor: a million Python additions in {speed:g} ms (the c=1 figures move with it)"
-        if speed is not None
-        else ""
-    )
+
+
+def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Results], Measured]:
+    """``key`` (errors, refused) of every mode at 128 clients, summed: longhaul's and in-memory's;
+    ``when_none``: the problem to name when longhaul's count is 0."""
+
+    def measure(results: Results) -> Measured:
+        def count(server: str) -> tuple[int | None, str]:
+            rows = {m: a2a_row(results, m, 128, server) for m in MODE}
+            found = {m: int(r.get(key, 0)) for m, r in rows.items() if r is not None}
+            if not found:
+                return None, ""
+            each = ", ".join(f"{MODE[m]} {n:,}" for m, n in found.items())
+            return sum(found.values()), f"{sum(found.values()):,} {noun} ({each})"
+
+        ours, ours_text = count("longhaul")
+        theirs, theirs_text = count("sdk-memory")
+        problems = [when_none] if when_none and ours == 0 else []
+        if key == "errors" and results.get("listen_overflows"):  # the kernel's, the whole machine's
+            problems.append(f"{results['listen_overflows']} listen overflows on the machine over the run")
+        return Measured(
+            ours, theirs, ours_text, f"in-memory {theirs_text}" if theirs_text else "", tuple(problems)
+        )
+
+    return measure
+
+
+# ----------------------------------------------------------------------------- the other parts
+
+
+def latency_p99(latency: Mapping[str, Any], headline: str) -> tuple[float, float, str, str]:
+    mine, raw = latency[headline], latency[RAW]
     return (
-        f"`{command}` at `{info.get('git_commit', '?')}`{dirty}, {info.get('measured_at', '?')} "
-        f"to {utc_now().isoformat(timespec='seconds')}; load average (1 min) before → after each part: "
-        f"{loads}{processor}. Each ratio is to a baseline measured in the same run; a value within "
-        f"30 % of its target is not decided by one run.{quick}"
+        mine["p99_ms"],
+        raw["p99_ms"],
+        f"p99 {mine['p99_ms']:,.1f} ms, p50 {mine['median_ms']:,.1f} ms",
+        f"raw NATS p99 {raw['p99_ms']:,.1f} ms",
     )
 
 
-def arguments() -> argparse.Namespace:
-    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "targets", quick_help=QUICK_HELP)
-    parser.add_argument("--nats-url", default=os.environ.get("LONGHAUL_NATS_URL", "nats://127.0.0.1:4222"))
-    parser.add_argument(
-        "--parts",
-        default=",".join(PARTS),
-        help=f"comma list of parts to run, of {','.join(PARTS)} (a target whose part did not run: not run)",
-    )
-    parser.add_argument("--markdown", type=Path, help="also write the verdict table as markdown here")
-    parser.add_argument(
-        "--decide",
-        type=Path,
-        metavar="RESULTS",
-        help="run nothing: decide a saved run (its targets JSON) again with today's rules and reasons",
-    )
-    args = parser.parse_args()
-    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = sorted(set(args.parts) - set(PARTS))
-    if unknown:
-        parser.error(f"unknown parts {unknown}; the parts are {','.join(PARTS)}")
-    return args
+def sse_phase(streams: int) -> Callable[[Results], Measured]:
+    """Commit -> SSE frame p99 with ``streams`` open streams, beside raw NATS p99."""
+
+    def measure(results: Results) -> Measured:
+        phase = next((p for p in results.get("phases", []) if p.get("streams") == streams), None)
+        if phase is None:
+            return Measured(None, problems=(f"no phase of {streams} streams",))
+        figure, baseline, figure_text, baseline_text = latency_p99(phase["latency"], sse_latency.HEADLINE)
+        problems = []
+        if phase["commits_per_s"] < REACHED * phase["rate_per_s"]:
+            problems.append(f"{phase['commits_per_s']:g} commits/s of the {phase['rate_per_s']:g} asked")
+        if phase["frames_missing"]:
+            problems.append(f"{phase['frames_missing']} frames missing")
+        if phase["client_errors"]:
+            problems.append(f"{len(phase['client_errors'])} client errors")
+        if streams >= 1000:
+            figure_text += (
+                f"; {phase['memory_per_stream_bytes']['uss'] / 1024:,.1f} KiB per open stream (USS)"
+            )
+        return Measured(figure, baseline, figure_text, baseline_text, tuple(problems))
+
+    return measure
 
 
-def print_verdicts(verdicts: list[Verdict]) -> None:
-    print(
-        table(
-            ["id", "issue", "longhaul", "same-run baseline", "ratio", "verdict"],
-            [
-                [v.target.id, v.target.issue, figure_text(v), baseline_text(v), ratio_text(v), v.text()]
-                for v in verdicts
-            ],
+PLAIN_CLIENTS = 16
+"""The plain-psycopg client count nearest the connections of two workers."""
+
+
+def steps(run: str) -> Callable[[Results], Measured]:
+    """StepCompleted/s of one step run, beside plain psycopg at 16 clients."""
+
+    def measure(results: Results) -> Measured:
+        one = (results.get("runs") or {}).get(run)
+        if one is None:
+            return Measured(None, problems=(f"no {run.replace('_', ' ')} run",))
+        plain = next((b for b in results.get("plain_psycopg", []) if b["clients"] == PLAIN_CLIENTS), None)
+        figure = one["steps_per_s_first_to_last"]
+        return Measured(
+            figure=figure,
+            baseline=None if plain is None else plain["commits_per_s"],
+            figure_text=f"{figure:,.0f} steps/s ({one['workers']} {TIMES} {one['concurrency_per_worker']})",
+            baseline_text=""
+            if plain is None
+            else f"plain psycopg, 16 clients: {plain['commits_per_s']:,} commits/s",
         )
+
+    return measure
+
+
+def webhook(results: Results) -> Measured:
+    if "latency" not in results:
+        return Measured(None)
+    figure, baseline, figure_text, baseline_text = latency_p99(results["latency"], webhook_latency.HEADLINE)
+    problems = []
+    reached = results["tasks"] / results["load_seconds"] if results["load_seconds"] else 0.0
+    if reached < REACHED * results["rate_per_s"]:
+        problems.append(f"{reached:,.0f} tasks/s of the {results['rate_per_s']:g} asked")
+    if results["webhooks_missing"]:
+        problems.append(f"{results['webhooks_missing']} webhooks missing")
+    return Measured(figure, baseline, figure_text, baseline_text, tuple(problems))
+
+
+def resume(results: Results) -> Measured:
+    """The slowest kill -> next commit with a standby worker, beside its lease + 1 s (a worker
+    started after the kill adds its start-up: reported in the results, not held to the line)."""
+    cases = [c for c in results.get("summary") or [] if c["mode"] == "standby"]
+    if not cases:
+        return Measured(None)
+    worst = max(cases, key=lambda c: c["kill_to_first_commit_max_s"] / c["reference_lease_plus_1s"])
+    return Measured(
+        figure=worst["kill_to_first_commit_max_s"],
+        baseline=worst["reference_lease_plus_1s"],
+        figure_text=f"{worst['kill_to_first_commit_max_s']:.2f} s ({worst['lease_s']:g} s lease, "
+        f"{worst['mode']})",
+        baseline_text=f"lease + 1 s: {worst['reference_lease_plus_1s']:g} s",
     )
 
 
-def decide_saved(args: argparse.Namespace) -> None:
-    """``--decide RESULTS``: the verdicts of a saved run by the current ``bench.verdicts``."""
-    saved = json.loads(args.decide.read_text())
-    verdicts = decide_all(saved["parts"])
-    print(f"verdicts of {args.decide} by today's rules:")
-    print_verdicts(verdicts)
-    if args.markdown is not None:
-        args.markdown.write_text(markdown(verdicts, saved["heading"]))
-        print(f"\nmarkdown table written to {args.markdown}")
+MEANING = {
+    "immediately-c1": "returnImmediately, 1 client: the durable answer ≥ in-memory req/s",
+    "stream-first-c1": "stream, 1 client: the durable answer's first event p50 no later than in-memory's",
+    "cpu-per-task-c1": f"CPU per durable echo task (up and its PostgreSQL, c=1) ≤ 2{TIMES} in-memory's",
+    "immediately-c16": "returnImmediately, 16 clients ≥ in-memory req/s",
+    "blocking-c1": f"blocking, 1 client ≥ 2{TIMES} the PostgreSQL store's req/s",
+    "blocking-c1-p50": "blocking, 1 client: p50 < 8 ms",
+    "blocking-c16": f"blocking, 16 clients ≥ 2{TIMES} the PostgreSQL store's req/s",
+    "stream-first-c16": "stream, 16 clients: first event p50 no later than in-memory's",
+    "sse-p99-50": "commit → SSE frame p99 < 10 ms at 200 commits/s, 50 streams",
+    "sse-p99-1000": "1,000 open streams on one gateway: commit → SSE frame p99 < 50 ms; memory per stream",
+    "steps-2w": "step commits, 2 worker processes ≥ 2,000 steps/s",
+    "steps-2w-half-plain": "step commits, 2 worker processes ≥ ½ plain psycopg at 16 connections",
+    "steps-1w": "step commits, 1 worker process ≥ 2,500 steps/s",
+    "load-c128-immediately": "128 clients, returnImmediately: req/s ≥ its own at 16",
+    "load-c128-blocking": "128 clients, blocking: req/s ≥ its own at 16",
+    "load-c128-p99": "128 clients: returnImmediately p99 < 1 s",
+    "load-c128-no-drop": "128 clients: no connection dropped (no request failed)",
+    "load-overload-429": "past capacity (128 clients) the overload answer, 429, not a queue",
+    "webhook-p99": "commit → webhook COMPLETED delivered p99 < 50 ms at 200 tasks/s",
+    "resume-after-kill": "a worker killed mid-step: kill → the next commit ≤ lease + 1 s (standby)",
+}
+"""What each target means, by id, in the order of the table."""
 
+LINES: dict[str, tuple[str, Rule, Callable[[Results], Measured]]] = {
+    "immediately-c1": ("a2a", Rule("ratio", ">=", 1.0), against("immediately", 1, "sdk-memory", ours=ANSWER)),
+    "stream-first-c1": (
+        "a2a",
+        Rule("ratio", "<=", 1.0),
+        against("stream", 1, "sdk-memory", "first_p50_ms", ours=ANSWER),
+    ),
+    "cpu-per-task-c1": ("a2a", Rule("ratio", "<=", 2.0), cpu_per_task),
+    "immediately-c16": ("a2a", Rule("ratio", ">=", 1.0), against("immediately", 16, "sdk-memory")),
+    "blocking-c1": ("a2a", Rule("ratio", ">=", 2.0), against("blocking", 1, "sdk-postgres")),
+    "blocking-c1-p50": (
+        "a2a",
+        Rule("figure", "<", 8.0, "ms"),
+        against("blocking", 1, "sdk-postgres", "p50_ms"),
+    ),
+    "blocking-c16": ("a2a", Rule("ratio", ">=", 2.0), against("blocking", 16, "sdk-postgres")),
+    "stream-first-c16": (
+        "a2a",
+        Rule("ratio", "<=", 1.0),
+        against("stream", 16, "sdk-memory", "first_p50_ms"),
+    ),
+    "sse-p99-50": ("sse", Rule("figure", "<", 10.0, "ms"), sse_phase(50)),
+    "sse-p99-1000": ("sse", Rule("figure", "<", 50.0, "ms"), sse_phase(1000)),
+    "steps-2w": ("steps", Rule("figure", ">=", 2000.0, "steps/s"), steps("two_workers")),
+    "steps-2w-half-plain": ("steps", Rule("ratio", ">=", 0.5), steps("two_workers")),
+    "steps-1w": ("steps", Rule("figure", ">=", 2500.0, "steps/s"), steps("one_worker")),
+    "load-c128-immediately": (
+        "a2a",
+        Rule("ratio", ">=", 1.0),
+        against("immediately", 128, "longhaul", their_c=16),
+    ),
+    "load-c128-blocking": ("a2a", Rule("ratio", ">=", 1.0), against("blocking", 128, "longhaul", their_c=16)),
+    "load-c128-p99": (
+        "a2a",
+        Rule("figure", "<", 1000.0, "ms"),
+        against("immediately", 128, "sdk-memory", "p99_ms"),
+    ),
+    "load-c128-no-drop": (
+        "a2a",
+        Rule("figure", "<=", 0.0, "errors", noisy=False),
+        c128_counts("errors", "errors"),
+    ),
+    "load-overload-429": (
+        "a2a",
+        Rule("figure", ">=", 1.0, "refusals", noisy=False),
+        c128_counts("refused", "answered 429", "no 429 at 128 clients: queued, or not past capacity"),
+    ),
+    "webhook-p99": ("webhook", Rule("figure", "<", 50.0, "ms"), webhook),
+    "resume-after-kill": ("resume", Rule("ratio", "<=", 1.0), resume),
+}
+"""Each target's part, rule and measure."""
 
-def main() -> None:
-    args = arguments()
-    if args.decide is not None:
-        decide_saved(args)
-        return
-    info = machine_info(args.database_url)
-    began = time.monotonic()
-    parts = run_parts(args)
-    verdicts = decide_all(parts)
-    print(f"\n[targets {elapsed(began)}] verdicts ({'quick sizes' if args.quick else 'full sizes'}):")
-    print_verdicts(verdicts)
-    title = heading(args, info, parts)
-    if args.markdown is not None:
-        args.markdown.write_text(markdown(verdicts, title))
-        print(f"\nmarkdown table written to {args.markdown}")
-    write_results(
-        "targets",
-        {
-            "machine": info,
-            "quick": args.quick,
-            "parts_run": args.parts,
-            "targets": [
-                {"id": t.id, "issue": t.issue, "text": t.text, "rule": t.rule.describe()} for t in TARGETS
-            ],
-            "verdicts": [v.as_dict() for v in verdicts],
-            "heading": title,
-            "parts": parts,
-            "seconds": round(time.monotonic() - began, 1),
-            "loadavg_at_end": loadavg(),
-        },
-        args,
-    )
-
-
-if __name__ == "__main__":
-    main()
+TARGETS = tuple(Target(tid, MEANING[tid], *line) for tid, line in LINES.items())

@@ -20,18 +20,24 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.common import DEFAULT_DATABASE_URL, REPO_ROOT, delete_stream, free_port, fresh_schema
+from bench.common import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_NATS_URL,
+    delete_stream,
+    free_port,
+    fresh_schema,
+    longhaul_env,
+    start,
+    stop,
+    wait_serving,
+)
 
 SUMMARY = re.compile(r"^=*\s*(?P<counts>(\d+ \w+(, )?)+) in [\d.]+s")
 TCK_ID_LINE = '    return f"tck-{name}-{_SESSION}"'
@@ -55,7 +61,7 @@ def main() -> None:
     parser.add_argument("--ref", default="1.0-dev", help="the TCK branch or commit (default 1.0-dev)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/longhaul-tck"))
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
-    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--nats-url", default=DEFAULT_NATS_URL)
     parser.add_argument("--transport", default="jsonrpc,http_json")
     parser.add_argument("--levels", nargs="+", choices=LEVELS, default=list(LEVELS))
     parser.add_argument("--unique-message-ids", action="store_true", help="also run the patched copy")
@@ -78,31 +84,28 @@ def main() -> None:
     stream = f"TCK_{uuid.uuid4().hex[:8].upper()}"
     with fresh_schema(args.database_url, "tck") as schema:
         port = free_port()
-        env = up_env(args, schema=schema, stream=stream, port=port, data_dir=workdir / "data")
+        env = longhaul_env(
+            args.database_url,
+            schema,
+            default_skill="conformance",  # the TCK's conformance skill, loopback webhooks
+            allow_private_webhooks="true",
+            nats_url=args.nats_url,
+            nats_stream=stream,
+            nats_subject_prefix=stream.lower(),
+            port=port,
+            data_dir=workdir / "data",
+        )
         up_log = workdir / "up.log"
-        with up_log.open("wb") as log:
-            up = subprocess.Popen(
-                [sys.executable, "-m", "longhaul.cli", "up"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                start_new_session=True,
-            )
+        up = start(["longhaul.cli", "up"], env, up_log)
         try:
             base = f"http://127.0.0.1:{port}"
-            wait_for_card(base, up, up_log)
+            wait_serving(base, up, up_log, timeout=90)
             results = {
                 name: [run_level(python, copy, base, args.transport, level, workdir) for level in args.levels]
                 for name, copy in copies
             }
         finally:
-            up.send_signal(signal.SIGTERM)
-            try:
-                up.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                up.wait()
+            stop(up, 60.0)
             delete_stream(args.nats_url, stream)
 
     print(f"\nA2A TCK {args.ref} at {commit[:7]}, --transport {args.transport}, against longhaul up")
@@ -153,43 +156,6 @@ def patched_copy(tck: Path, target: Path) -> Path:
         raise SystemExit(f"{base}: tck_id changed; cannot make messageIds unique")
     base.write_text(text.replace(TCK_ID_LINE, UNIQUE_TCK_ID_LINE))
     return target
-
-
-def up_env(
-    args: argparse.Namespace, *, schema: str, stream: str, port: int, data_dir: Path
-) -> dict[str, str]:
-    """``longhaul up`` as issue 8 runs it for the TCK: the conformance skill, loopback webhooks."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGHAUL_")}
-    env.update(
-        {
-            "LONGHAUL_DEFAULT_SKILL": "conformance",
-            "LONGHAUL_ALLOW_PRIVATE_WEBHOOKS": "true",
-            "LONGHAUL_DATABASE_URL": args.database_url,
-            "LONGHAUL_DATABASE_SCHEMA": schema,
-            "LONGHAUL_NATS_URL": args.nats_url,
-            "LONGHAUL_NATS_STREAM": stream,
-            "LONGHAUL_NATS_SUBJECT_PREFIX": stream.lower(),
-            "LONGHAUL_PORT": str(port),
-            "LONGHAUL_DATA_DIR": str(data_dir),
-            "PYTHONPATH": str(REPO_ROOT),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
-
-
-def wait_for_card(base: str, up: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if up.poll() is not None:
-            raise SystemExit(f"longhaul up exited with {up.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{base}/.well-known/agent-card.json", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"longhaul up served no agent card within {timeout} s:\n{log.read_text()}")
 
 
 def run_level(python: Path, tck: Path, base: str, transport: str, level: str, workdir: Path) -> LevelResult:

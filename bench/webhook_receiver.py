@@ -1,14 +1,9 @@
-"""A webhook receiver in a process of its own: ``bench.webhook_latency --receiver process``.
+"""The webhook receiver of the webhook part (``bench.webhook_latency``), in a process of its own.
 
-The threaded receiver runs in the benchmark process, beside the four committing threads and the
-NATS watcher, under one GIL: a POST can wait there for the interpreter. This one answers each
-POST from an event loop of its own (uvloop's where installed) with a bare HTTP/1.1 protocol:
-the request's headers split once, its body read to ``Content-Length``, the time noted, the 200
-written, and only then the update parsed and kept. A POST's round trip from one keep-alive
-``http.client`` connection took 0.16-0.17 ms with the aiohttp server used here before session 17
-and 0.075-0.083 ms with this one (2026-12-02, load 4.7; docs/benchmarks.md §8, session 17): a
-receiver's own time is in every lane's next POST (each waits for the 2xx before it), and this
-is the edge of the world, ours to make fast.
+It answers each POST from an event loop of its own (uvloop's where installed) with a bare
+HTTP/1.1 protocol: the request's headers split once, its body read to ``Content-Length``, the
+time noted, the 200 written, and only then the update parsed and kept. A receiver's own time is
+in every delivery lane's next POST (each waits for the 2xx before it), so it is kept small here.
 
 It prints its port on the first line of stdout; ``GET /count`` says how many updates arrived,
 ``GET /arrivals`` lists them (``[task id, state, epoch seconds]``), each the first arrival of

@@ -7,7 +7,7 @@ nothing. Event ``apply`` methods only mutate state; they run again on every repl
 Messages, parts and artifacts are kept as plain JSON objects in their A2A 1.0 wire shape, so an
 event body is readable by auditors and analytics consumers without this code.
 
-One module on purpose, though longer than most: the events are nested in the aggregate (the
+Longer than 500 lines on purpose, one module: the events are nested in the aggregate (the
 ``eventsourcing`` convention), and their topics (``domain.task:Task.<Event>``) are stored in the
 log, so moving an event class would need a ``register_topic`` alias for every stored event. The
 two shared bases (``_PauseRequested``, ``_Ended``) are never recorded themselves: only their
@@ -427,7 +427,7 @@ class Task(Aggregate):
 
         ``eventsourcing`` calls this on every replay of ``Submitted``, after setting the id,
         version and ``created_on`` (the event's timestamp). ``key_id`` (who submitted) stays in
-        the event: it is evidence, not state (``store.audit_trail`` reads it).
+        the event: it is evidence, not state (``store.evidence.audit_trail`` reads it).
         """
         self.tenant = tenant
         self.context_id = context_id
@@ -796,7 +796,7 @@ def _check_after(moment: datetime, now: datetime, what: str) -> None:
 def public_push_config(config: JSON) -> JSON:
     """``config`` without ``token`` and ``authentication.credentials``: what only a delivery uses.
 
-    The public form of ``PushConfigSet`` (``projections.event_json``) and the config a terminal
+    The public form of ``PushConfigSet`` (``store.public_form.event_json``) and the config a terminal
     task keeps (``Task.set_push_config``).
     """
     public = {k: v for k, v in config.items() if k != "token"}

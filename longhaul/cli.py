@@ -16,8 +16,9 @@ from uuid import UUID
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from longhaul import cli_help, commands, logs, wiring
+from longhaul import admin, cli_help, evidence_commands, logs, processes, reports, supervisor, wiring
 from longhaul import tail as tail_consumer
+from longhaul.errors import BadArgumentError, CommandError
 from longhaul.settings import Settings, unknown_variables
 
 log = logging.getLogger("longhaul")
@@ -158,12 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
     except BrokenPipeError:
         return _reader_went_away()
-    except (commands.CommandError, wiring.ConfigurationError) as error:
+    except (CommandError, wiring.ConfigurationError) as error:
         if settings.log_format == "json":  # a log collector reads stderr: keep it JSON lines
             log.error("%s", error)
         else:
             print(f"longhaul: {error}", file=sys.stderr)
-        return 2 if isinstance(error, commands.BadArgumentError) else 1
+        return 2 if isinstance(error, BadArgumentError) else 1
     except KeyboardInterrupt:
         return 130
     return code
@@ -186,26 +187,26 @@ def _reader_went_away() -> int:
 
 
 PROCESSES = {
-    "up": commands.up,
-    "gateway": commands.gateway,
-    "worker": commands.worker,
-    "sweeper": commands.sweeper,
-    "relay": commands.relay,
-    "projector": commands.projector,
-    "dispatcher": commands.dispatcher,
-    "sequencer": commands.sequencer,
+    "up": supervisor.up,
+    "gateway": processes.gateway,
+    "worker": processes.worker,
+    "sweeper": processes.sweeper,
+    "relay": processes.relay,
+    "projector": processes.projector,
+    "dispatcher": processes.dispatcher,
+    "sequencer": processes.sequencer,
 }
 """The long-running commands: each runs until SIGINT/SIGTERM."""
 
 
 def _tail(args: argparse.Namespace, settings: Settings) -> int:
     start = tail_consumer.Start(from_start=args.from_start, since=args.since)
-    return commands.tail(settings, tenant=args.tenant, task_id=args.task, start=start, as_json=args.json)
+    return reports.tail(settings, tenant=args.tenant, task_id=args.task, start=start, as_json=args.json)
 
 
 ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
-    "projections": lambda args, settings: commands.projections(settings, args.action),
-    "history": lambda args, settings: commands.history(
+    "projections": lambda args, settings: admin.projections(settings, args.action),
+    "history": lambda args, settings: reports.history(
         settings,
         args.task_id,
         as_json=args.json,
@@ -213,35 +214,33 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
         at_version=args.at_version,
         effects=args.effects,
     ),
-    "deliveries": lambda args, settings: commands.deliveries(settings, args.task_id, as_json=args.json),
-    "archive": lambda args, settings: commands.archive(settings, args.to),
-    "receipt": lambda args, settings: commands.receipt(settings, args.task_id, out=args.out),
-    "verify": lambda args, settings: commands.verify(settings, args.archive),
+    "deliveries": lambda args, settings: reports.deliveries(settings, args.task_id, as_json=args.json),
+    "archive": lambda args, settings: evidence_commands.archive(settings, args.to),
+    "receipt": lambda args, settings: reports.receipt(settings, args.task_id, out=args.out),
+    "verify": lambda args, settings: evidence_commands.verify(settings, args.archive),
     "tail": _tail,
-    "skills": lambda _, settings: commands.skills(settings),
-    "migrate": lambda _, settings: commands.migrate(settings),
-    "keys": lambda args, _: commands.keys_new(args.tenant),
-    "erase": lambda args, settings: commands.erase(settings, args.tenant),
+    "skills": lambda _, settings: reports.skills(settings),
+    "migrate": lambda _, settings: admin.migrate(settings),
+    "keys": lambda args, _: admin.keys_new(args.tenant),
+    "erase": lambda args, settings: admin.erase(settings, args.tenant),
 }
 """The commands that do one thing and exit with its status."""
 
 
 ON_UVLOOP = frozenset({"dispatcher", "relay", "up"})
-"""The processes that run on uvloop's event loop where it is installed (not on Windows): draining
-a full stream, the dispatcher's CPU per delivery 0.49 ms on asyncio's loop, 0.46 ms on uvloop's
-(medians of three rounds, ``bench/webhook_drain.py``, docs/benchmarks.md §8, ADR 0033); the relay
-too (docs/benchmarks.md §8, session 16, ADR 0039); and ``up``, whose request path, worker and
-relay share one loop (docs/benchmarks.md §11, session 18, ADR 0045). The other processes keep
-asyncio's."""
+"""The processes that run on uvloop's event loop where it is installed (not on Windows): the
+dispatcher and the relay, which drain full streams with less CPU per message on it (ADRs 0033,
+0039), and ``up``, whose request path, worker and relay share one loop (ADR 0045). The other
+processes keep asyncio's."""
 
 
 def freeze_startup_heap() -> None:
     """Put every object alive before a process starts serving out of the collector's reach.
 
     The modules, classes and functions imported at startup (about 100,000 objects in ``up``) live
-    as long as the process, yet each full collection of the oldest generation walked them all:
-    a pause of 87 ms in ``up`` under blocking c=1, up to 302 ms in a gateway holding 1,000
-    streams, every request or frame behind it waiting (docs/benchmarks.md §14, ADR 0053).
+    as long as the process, yet each full collection of the oldest generation walked them all, a
+    pause of tens to hundreds of milliseconds with every request or frame behind it waiting
+    (ADR 0053).
     ``gc.freeze`` moves them to a generation no collection visits; collecting first keeps the
     imports' own garbage out of it. Cycles made later are collected as before.
     """
@@ -269,7 +268,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         _run_process(args.command, settings)
         return 0
     if args.command == "fake-iam":
-        asyncio.run(commands.fake_iam(args.host, args.port))
+        asyncio.run(processes.fake_iam(args.host, args.port))
         return 0
     return ONE_SHOT[args.command](args, settings)
 

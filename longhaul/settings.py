@@ -14,8 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from api.api_keys import parse_pairs
 from api.bodies import DEFAULT_MAX_BODY_BYTES
 from api.overload import DEFAULT_LIMIT, DEFAULT_TARGET_S
-from projections.subjects import server_urls
-from store.retention import parse_key
+from store.log import parse_key
+from store.public_form import server_urls
 from workers.webhook_signing import secret_key
 
 PREFIX = "LONGHAUL_"

@@ -28,7 +28,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from pydantic import TypeAdapter, ValidationError
 
-from projections.subjects import NatsNames, subject_token
+from store.public_form import NatsNames, subject_token
 
 IDLE_S = 0.5
 """How long to wait for a message before looking whether stdout's reader is still there."""

@@ -1,6 +1,6 @@
 """The test kit for skill authors: run a skill on longhaul's real runtime, in memory.
 
-``SkillKit`` holds the real application (``store.application.TaskApplication`` on the in-memory
+``SkillKit`` holds the real application (``store.log.application.TaskApplication`` on the in-memory
 recorder), the real worker and step runner, and a clock that only moves when the test moves it.
 Nothing is faked between a step and the log: every ``ctx.commit``, ``ctx.once``, artifact chunk
 and outcome is a fenced commit of ``Task`` events, exactly as in production, only without
@@ -33,12 +33,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 from uuid import UUID, uuid4
 
+from domain.messages import user_message
 from domain.skill import JSON, Skill, SkillRegistry, Step, StepContext, StepOutcome
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import MemoryConfig
-from store.messages import user_message
+from store.log import MemoryConfig, TaskApplication
 from workers.sweeper import Sweeper
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig
@@ -204,7 +203,7 @@ class SkillKit:
         """
         chosen = self.registry.newest(skill) if version is None else self.registry.get(skill, version)
         if message is None:
-            message = user_message(text, data, message_id=message_id)
+            message = user_message(text, data, message_id=message_id or str(uuid4()))
         elif text is not None or data is not None or message_id is not None:
             raise ValueError("submit takes either message or text/data/message_id, not both")
         else:
@@ -225,7 +224,7 @@ class SkillKit:
 
         The answer has a text part and a data part as given, and ``message_id`` (else a fresh one).
         """
-        message = user_message(text, data, message_id=message_id)
+        message = user_message(text, data, message_id=message_id or str(uuid4()))
         return self.app.answer(task_id, tenant=tenant, message=message, clock=self.clock)
 
     def cancel(self, task_id: UUID, *, tenant: str = "default") -> Task:

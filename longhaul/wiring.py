@@ -1,32 +1,75 @@
-"""Builds the parts from ``Settings``; only the composition root (``longhaul``) reads settings."""
+"""Builds the parts from ``Settings``: the one place that wires.
+
+Only the composition root (``longhaul``) reads settings; the processes and commands get their
+store, gateway app, worker, relay, sequencer, dispatcher and sweeper from here.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import socket
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from eventsourcing.persistence import OperationalError as StoreOperationalError
 
 from api.api_keys import ApiKeyError, KeyRing, parse_key_file, parse_pairs
+from api.app import create_app
+from api.config import GatewayConfig
+from api.service import DEFAULT_TENANT
+from api.task_feed import StoreLog, TaskFeed
+from api.waiting import FeedWaiter
 from domain.clock import Clock
 from domain.skill import Skill, SkillRegistry
+from longhaul.errors import CommandError
 from longhaul.settings import Settings
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.checkpoints import CheckpointError, longhaul_origin
-from store.config import MemoryConfig, StoreConfig
-from store.key_files import KeyFileError, create_signer_key, load_signer_key
-from store.retention import RetentionPolicy
-from store.retry import webhook_retry
-from store.signed_notes import NoteError, SignerKey, VerifierKey
-from workers.dispatcher import DispatchConfig
-from workers.relay import StreamLimits
+from projections.shared_log import SharedLog
+from store.evidence import (
+    CheckpointError,
+    KeyFileError,
+    NoteError,
+    SignerKey,
+    VerifierKey,
+    create_signer_key,
+    load_signer_key,
+    longhaul_origin,
+)
+from store.log import (
+    MemoryConfig,
+    RetentionPolicy,
+    SchemaTooNewError,
+    StoreConfig,
+    TaskApplication,
+    webhook_retry,
+)
+from store.public_form import NatsNames
+from workers.dispatcher import DispatchConfig, Dispatcher, DispatcherUnavailableError
+from workers.metrics import WorkerMetrics
+from workers.relay import Relay, RelayUnavailableError, StreamLimits
+from workers.sequencer import Sequencer, SequencerUnavailableError
 from workers.skills import builtin_skills
+from workers.sweeper import Sweeper
 from workers.task_runner import RunPolicy
 from workers.webhook_signing import WebhookSigner, new_secret, secret_key
-from workers.worker import WorkerConfig
+from workers.worker import Worker, WorkerConfig
+
+log = logging.getLogger("longhaul")
+
+STORE_POOL_SIZE = 8
+"""Connections a process keeps open (plus as many again on demand). Store calls run in asyncio's
+default thread pool (a few threads), so more connections would only sit idle."""
+PROJECTOR_POOL_SIZE = 2
+"""Connections the projector's store keeps (plus as many again on demand): its subscription's
+LISTEN (in ``up``, the shared subscription's, on the store's pool), its reads of the log and the
+views' shared transactions (``projections.projector``)."""
 
 
 class ConfigurationError(Exception):
@@ -262,3 +305,176 @@ def deployment_name(host: str) -> str:
     """A host name as a deployment name for a checkpoint origin: lowercase, other characters as ``-``."""
     name = "".join(c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in host.lower())
     return name.strip(".-") or "local"
+
+
+def needs_postgres(settings: Settings, who: str, why: str) -> None:
+    """Refuse ``who`` over an in-memory store, saying ``why`` it has nothing to work on there."""
+    if settings.store == "memory":
+        raise CommandError(
+            f"{who} needs LONGHAUL_STORE=postgres: an in-memory store lives inside one process{why}"
+        )
+
+
+def open_store(settings: Settings, *, pool_size: int = 5) -> TaskApplication:
+    """``build_store``, its failures said for the operator (the URL without its password)."""
+    try:
+        return build_store(settings, pool_size=pool_size)
+    except (ConfigurationError, SchemaTooNewError) as error:
+        raise CommandError(str(error)) from error
+    except (psycopg.OperationalError, StoreOperationalError) as error:
+        url = _without_password(settings.database_url or "")
+        raise CommandError(
+            f"cannot use PostgreSQL at {url}: {_first_line(error)} (check LONGHAUL_DATABASE_URL)"
+        ) from error
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def _first_line(error: Exception) -> str:
+    """The gist of a driver error: its first line, without psycopg's "connection failed: " prefix."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return lines[0].removeprefix("connection failed: ")
+
+
+@contextlib.asynccontextmanager
+async def gateway_app(
+    settings: Settings,
+    store: TaskApplication,
+    clock: Clock,
+    port: int,
+    worker_metrics: WorkerMetrics | None = None,
+    hand_off: Worker | None = None,
+) -> AsyncIterator[Any]:
+    """The Litestar app, waking blocking calls from NATS (or polling the log without NATS).
+
+    Over an in-memory store no relay publishes to NATS, so blocking calls poll the log.
+    ``hand_off`` is the worker of this process (``up``), which takes blocking sends' new tasks.
+    """
+    registry = build_registry(settings)
+    api_keys = key_ring(settings)
+    if api_keys is None:
+        log.warning(
+            "NO API KEYS (LONGHAUL_API_KEYS, LONGHAUL_API_KEY_FILE): the gateway is OPEN, every caller is"
+            " served without authentication as whatever tenant it names (default %r); development only",
+            DEFAULT_TENANT,
+        )
+    else:
+        tenants = sorted(api_keys.tenants)
+        log.info("API keys: %d, for the tenants %s", len(api_keys.keys), ", ".join(tenants))
+    feed = None
+    waiter = None
+    if settings.nats_url is not None and settings.store == "postgres":
+        try:
+            feed = await TaskFeed.connect(nats_names(settings), StoreLog(store))
+            waiter = FeedWaiter(feed)
+        except Exception as error:  # noqa: BLE001 - serve anyway; blocking calls poll the log
+            log.warning(
+                "NATS at %s unreachable (%r): blocking calls will poll the log", settings.nats_url, error
+            )
+    try:
+        yield create_app(
+            GatewayConfig(
+                store=store,
+                registry=registry,
+                clock=clock,
+                default_skill=settings.default_skill,
+                max_pause=settings.max_pause,
+                retention=settings.retention,
+                retention_overridden=bool(settings.retention_overrides),
+                public_url=public_url(settings, port),
+                waiter=waiter,
+                relay_stream=settings.nats_stream if settings.store == "postgres" else None,
+                process_metrics=worker_metrics.registry if worker_metrics is not None else None,
+                allow_private_webhooks=settings.allow_private_webhooks,
+                api_keys=api_keys,
+                max_in_flight=settings.max_in_flight,
+                overload_target_s=settings.overload_target_seconds,
+                max_body_bytes=settings.max_body_bytes,
+                rest_media_type=settings.rest_media_type,
+                feed=feed,
+                stream_keepalive_s=settings.stream_keepalive_seconds,
+                stream_max_pending=settings.stream_max_pending,
+                audit_verifier_keys=audit_verifier_keys(settings),
+                hand_off=hand_off,
+            )
+        )
+    finally:
+        if feed is not None:
+            await feed.close()
+
+
+def build_worker(settings: Settings, store: TaskApplication, metrics: WorkerMetrics | None = None) -> Worker:
+    """A worker over ``store`` with this release's skills."""
+    return Worker(
+        metrics=metrics,
+        store=store,
+        registry=build_registry(settings),
+        clock=system_clock(settings),
+        config=worker_config(settings),
+        policy=run_policy(settings),
+    )
+
+
+def build_sweeper(settings: Settings, store: TaskApplication) -> Sweeper:
+    """The sweeper: ends due pauses, expires tasks past their retention."""
+    return Sweeper(
+        store=store,
+        clock=system_clock(settings),
+        retention=retention_policy(settings),
+        interval=settings.sweep_interval_seconds,
+    )
+
+
+def build_relay(
+    settings: Settings, store: TaskApplication, names: NatsNames, shared_log: SharedLog | None = None
+) -> Relay:
+    """The relay from ``store`` to the deployment's NATS stream."""
+    try:
+        return Relay(store=store, names=names, limits=stream_limits(settings), shared_log=shared_log)
+    except RelayUnavailableError as error:
+        raise CommandError(str(error)) from error
+
+
+def build_sequencer(
+    settings: Settings,
+    store: TaskApplication,
+    names: NatsNames,
+    signer: SignerKey,
+    shared_log: SharedLog | None = None,
+) -> Sequencer:
+    """The sequencer: keeps the Merkle tree over the log, signs checkpoints with ``signer``."""
+    try:
+        return Sequencer(
+            store=store,
+            names=names,
+            signer=signer,
+            clock=system_clock(settings),
+            interval=settings.checkpoint_interval_seconds,
+            gather=settings.sequencer_gather_seconds,
+            limits=stream_limits(settings),
+            shared_log=shared_log,
+        )
+    except SequencerUnavailableError as error:
+        raise CommandError(str(error)) from error
+
+
+def build_dispatcher(
+    settings: Settings, store: TaskApplication, names: NatsNames, signer: WebhookSigner
+) -> Dispatcher:
+    """The webhook dispatcher, signing with ``signer``."""
+    try:
+        return Dispatcher(
+            store=store,
+            names=names,
+            signer=signer,
+            config=dispatch_config(settings),
+            clock=system_clock(settings),
+            limits=stream_limits(settings),
+        )
+    except DispatcherUnavailableError as error:
+        raise CommandError(str(error)) from error

@@ -28,10 +28,13 @@ from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_statement, read_transaction
-from store.retry import retry_lost_connection
+from store.log import (
+    PostgresRunQueueRecorder,
+    TaskApplication,
+    read_statement,
+    read_transaction,
+    retry_lost_connection,
+)
 
 log = logging.getLogger(__name__)
 

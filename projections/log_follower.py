@@ -20,7 +20,7 @@ consumer's side (``next_notifications`` hands them over undecoded, for a consume
 their position, task and version: the sequencer), and the hand-over is one lock per batch (the
 reader wakes a waiting consumer with ``call_soon_threadsafe`` on its loop, no thread in between):
 a reading thread busy beside the event loop would make the loop wait for the GIL on every NATS
-acknowledgement (measured: ``bench/relay_throughput.py``, ADR 0015). The reading thread waits on
+acknowledgement (ADR 0015). The reading thread waits on
 a condition of its own (over the same lock), woken only when it is let go, stops or waits for
 room: an arrival wakes the consumer alone (ADR 0057). The buffer is bounded: a
 consumer that falls ``buffer`` events behind is let go by the shared log and reads its way back

@@ -27,10 +27,7 @@ from projections import retention_index, task_view
 from projections.folded_view import FoldedView, Lag, Rebuilt
 from projections.log_follower import Followed, LogFollower
 from projections.shared_log import SharedLog
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
-from store.retry import retry_lost_connection
+from store.log import PostgresRunQueueRecorder, StoreConfig, TaskApplication, retry_lost_connection
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ never moved after it: retention counts from the task's end (``Task.ended_at``, a
 
 The sweeper (``workers.sweeper``) asks ``due`` for terminal, unexpired tasks that ended before
 ``now`` minus the shortest retention, oldest first: one range of a partial index
-(``store/migrations/0005_retention_index.sql``), whose rows carry what the sweeper needs to
+(``store/log/migrations/0005_retention_index.sql``), whose rows carry what the sweeper needs to
 check each candidate's own retention. The index trails the log by the projector's lag: a task
 is expired that much later, never earlier (the use case checks the task itself).
 """
@@ -27,10 +27,7 @@ from typing_extensions import override
 
 from domain.task import Task
 from projections.folded_view import FoldedView
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
+from store.log import PostgresRunQueueRecorder, StoreConfig, TaskApplication, read_transaction
 
 INDEX_NAME = "longhaul_retention_index"
 """The projection's name: the index table, and ``<name>_tracking`` for its position."""

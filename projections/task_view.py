@@ -11,7 +11,7 @@ The row holds what ListTasks filters and sorts on: tenant, context, state, statu
 status timestamp mirrors the ``apply`` methods of ``domain.task.Task`` (``next_row``);
 ``tests/projections`` holds the view equal to the aggregates.
 
-Both tables come from the schema migrations (``store/migrations/0003_task_view.sql``), not from
+Both tables come from the schema migrations (``store/log/migrations/0003_task_view.sql``), not from
 the library's ``create_table`` (ADR 0012, ``docs/adr/0012-the-current-task-view-as-a-projection.md``).
 ``rebuild`` recomputes every row from the log while the projector runs.
 """
@@ -33,10 +33,7 @@ from typing_extensions import override
 from domain.states import TaskState
 from domain.task import Task
 from projections.folded_view import FoldedView
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
+from store.log import PostgresRunQueueRecorder, StoreConfig, TaskApplication, read_transaction
 
 VIEW_NAME = "longhaul_task_view"
 """The projection's name: the view table, and ``<name>_tracking`` for its position."""

@@ -26,8 +26,8 @@ import pytest
 from longhaul.cli import main
 from longhaul.embedded import EmbeddedNats, EmbeddedPostgres
 from longhaul.settings import Settings
-from store.application import TaskApplication
-from store.config import MemoryConfig, StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig, StoreConfig
 from tests.support.isolation import delete_stream, drop_schema
 from tests.support.nats_servers import NatsServer
 
@@ -188,7 +188,7 @@ def nats_names(nats_url: str) -> Iterator[tuple[str, str]]:
     stream, prefix = f"T_{token}", f"t{token}"
     yield stream, prefix
     delete_stream(nats_url, stream)
-    delete_stream(nats_url, f"{stream}_CHECKPOINTS")  # the sequencer's (projections.subjects)
+    delete_stream(nats_url, f"{stream}_CHECKPOINTS")  # the sequencer's (store.public_form.subjects)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ with the tool's own output.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -50,3 +51,23 @@ def test_mypy_strict() -> None:
 
 def test_import_contracts() -> None:
     _check("lint-imports", "--no-cache")
+
+
+PRODUCT_PACKAGES = ("domain", "store", "projections", "api", "workers", "longhaul")
+LONG_MODULE_LINES = 500
+LONG_MODULE_REASON = "Longer than 500 lines on purpose"
+
+
+def test_a_long_module_says_why_at_its_top() -> None:
+    unexplained = []
+    for package in PRODUCT_PACKAGES:
+        for module in sorted((ROOT / package).rglob("*.py")):
+            source = module.read_text(encoding="utf-8")
+            if source.count("\n") <= LONG_MODULE_LINES:
+                continue
+            docstring = ast.get_docstring(ast.parse(source)) or ""
+            if LONG_MODULE_REASON not in " ".join(docstring.split()):
+                unexplained.append(f"{module.relative_to(ROOT)} ({source.count(chr(10))} lines)")
+    assert unexplained == [], (
+        f"modules over {LONG_MODULE_LINES} lines whose docstring gives no reason: {unexplained}"
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import inspect
 import json
 import re
@@ -321,6 +322,9 @@ def test_the_contract_table_matches_the_import_contracts() -> None:
         elif contract["type"] == "forbidden":
             externals = [m for m in contract["forbidden_modules"] if m not in roots]
             modules = contract["source_modules"] + externals
+        elif contract["type"] == "protected":
+            modules = [m.removesuffix(".*") + ".*" for m in contract["protected_modules"]]
+            modules += [m for m in contract["allowed_importers"] if m not in roots]
         else:
             modules = contract["modules"]
         expected[contract["name"]] = modules
@@ -343,6 +347,7 @@ def test_the_package_table_lists_every_module() -> None:
         expected[name] = sorted(modules)
     documented = {name: sorted(_code_list(row["modules"])) for name, row in rows.items()}
     packages = {f"{p}/" for p in _tool("importlinter")["root_packages"]}
+    packages |= {f"store/{p.name}/" for p in (ROOT / "store").iterdir() if (p / "__init__.py").is_file()}
     assert set(rows) == packages, "docs/architecture.md, package table: not one row per package"
     assert documented == expected, _differences("docs/architecture.md, package table", expected, documented)
 
@@ -366,13 +371,22 @@ def _checked_folders() -> set[str]:
     return top | tests | {".ci"}
 
 
+def _generated(path: str) -> bool:
+    """Whether ``path`` is under a folder ``.gitignore`` names from the root (``/bench/results/``):
+    output a command writes (the benchmarks' result file), never committed."""
+    folders = [
+        line for line in (ROOT / ".gitignore").read_text().splitlines() if re.fullmatch(r"/[\w/.-]+/", line)
+    ]
+    return any(f"/{path}".startswith(folder) for folder in folders)
+
+
 def _exists(path: str) -> bool:
     """Whether ``path`` is a file or folder of the repository, from its root or from ``tests/``."""
-    return (ROOT / path).exists() or (ROOT / "tests" / path).exists()
+    return (ROOT / path).exists() or (ROOT / "tests" / path).exists() or _generated(path)
 
 
 def test_every_repository_path_the_docs_name_exists() -> None:
-    """Paths such as `` `store/run_queue.py` `` or `` `crash/test_zombie.py::name` `` (from ``tests/``).
+    """Paths such as `` `store/log/run_queue.py` `` or `` `crash/test_zombie.py::name` `` (from ``tests/``).
 
     Only paths that start in a top-level folder of the repository (or a test folder) are
     checked; bare file names and examples (``my_agents/skills.py``) are not.
@@ -394,3 +408,35 @@ def test_every_repository_path_the_docs_name_exists() -> None:
                 if not all(re.search(rf"\b(def|class) {part}\b", source) for part in name.split("::")):
                     missing.append(f"{where}: no {name} in {path}")
     assert missing == [], "the docs name paths that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------- use cases
+
+USE_CASE_NAME = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+def test_every_use_case_the_architecture_names_exists() -> None:
+    rows = _table(ARCHITECTURE, "## Use cases: where each one lives", "use case")
+    assert rows, "docs/architecture.md has no use case table"
+    missing = []
+    for use_case, row in rows.items():
+        homes = [importlib.import_module(row["package"].strip("`"))]
+        homes += [importlib.import_module(face) for face in ("store.log", "store.evidence")]
+        for name in USE_CASE_NAME.findall(row["method"]) or [row["method"]]:
+            if not any(callable(_resolve(home, name)) for home in homes):
+                missing.append(f"{use_case}: {name}")
+    assert missing == [], f"docs/architecture.md names use cases the code lacks: {missing}"
+
+
+def _resolve(home: object, name: str) -> object:
+    """``name`` looked up from ``home`` (``Class.method``), or as a module path (``a.b.function``)."""
+    found: object = home
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    if found is None and "." in name:
+        module, _, attribute = name.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), attribute, None)
+        except ImportError:
+            return None
+    return found

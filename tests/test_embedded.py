@@ -25,8 +25,8 @@ import pytest
 
 from domain.task import Task
 from longhaul.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DATABASE_URL_ENV, NATS_URL_ENV = "LONGHAUL_TEST_DATABASE_URL", "LONGHAUL_TEST_NATS_URL"

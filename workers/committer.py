@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.group_calls import GroupedCalls
+from store.log import GroupedCalls, TaskApplication
 from workers.wakeup import Wakeup
 
 MAX_GROUP = 128

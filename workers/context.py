@@ -7,11 +7,12 @@ import copy
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+from uuid import uuid4
 
+from domain.messages import agent_message
 from domain.skill import JSON
 from domain.task import Task
-from store.messages import agent_message
-from store.secret_parts import holds_sealed
+from store.secrets import holds_sealed
 from workers.lease import LeasedTask
 
 
@@ -164,7 +165,9 @@ class DurableStepContext:
         self._stop_if_draining()
 
     def _report(self, task: Task, now: datetime, text: str) -> None:
-        task.report_progress(epoch=self._lease.epoch, now=now, message=agent_message(task, text))
+        task.report_progress(
+            epoch=self._lease.epoch, now=now, message=agent_message(task, text, message_id=str(uuid4()))
+        )
 
     def _stop_if_draining(self) -> None:
         """On shutdown, a commit is where a running step stops: everything before it is saved."""

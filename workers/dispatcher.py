@@ -3,8 +3,8 @@
 Two loops in one process. The *intake* runs in one dispatcher at a time (an advisory lock; the
 others stand by) and follows a durable JetStream pull consumer (``longhaul-dispatcher`` on the
 deployment's stream; it survives restarts of the dispatcher and of NATS). For each event of a
-task with push configs it records one delivery per config (``store.deliveries``), the event's
-``StreamResponse`` (``projections.stream_response``) as the body, and only then acknowledges
+task with push configs it records one delivery per config (``store.deliveries.records``), the event's
+``StreamResponse`` (``store.public_form.stream_frames``) as the body, and only then acknowledges
 the message: an event is never lost between NATS and the record, and a redelivered message
 records nothing new. The configs, with their secrets, come from the task in the log: the
 intake loads the task at the event's version when it first sees the task or missed a version,
@@ -20,14 +20,19 @@ takes due heads nobody holds (retries, the rest, lanes of a dispatcher that died
 ``concurrency`` deliveries run at once; each POSTs to its URL with ``Authorization`` from the config's
 authentication, the config token as ``X-A2A-Notification-Token``, and Standard Webhooks
 signature headers (``workers.webhook_signing``). Before connecting it checks the URL again with
-the SSRF guard (``store.push_urls``): a refused URL is recorded as ``refused``. A 2xx is
+the SSRF guard (``store.deliveries.push_urls``): a refused URL is recorded as ``refused``. A 2xx is
 delivered; another 4xx than 408 or 429 gives up at once (the receiver refused this request,
 and the same request would be refused again); anything else (5xx, 408, 429, a timeout, a
-refused connection) is retried under the webhook retry policy (``store.retry``) until its total
+refused connection) is retried under the webhook retry policy (``store.log.retry``) until its total
 time has passed, and then given up. See docs/webhooks.md and ADR 0014.
 
 The dispatcher needs a store on PostgreSQL (the delivery record lives there): over an in-memory
 store it refuses to start.
+
+Longer than 500 lines on purpose: the intake, the lanes and the delivery attempt share the
+dispatcher's loop, its leases and its counters; what stands alone is elsewhere
+(``store/deliveries``, ``workers/webhook_signing.py``, ``workers/webhook_resolver.py``,
+``workers/jetstream_pull.py``).
 """
 
 from __future__ import annotations
@@ -53,11 +58,6 @@ from nats.js.errors import NotFoundError
 from domain.clock import Clock
 from domain.states import TERMINAL
 from domain.task import Task
-from projections.event_json import event_message
-from projections.stream_response import stream_response
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
 from store.deliveries import (
     Attempt,
     Delivery,
@@ -66,14 +66,24 @@ from store.deliveries import (
     Finished,
     NewDelivery,
     Recorded,
+    check_push_url,
 )
-from store.errors import PushUrlRefusedError, TaskNotFoundError
-from store.locks import advisory_key
-from store.postgres import PostgresRunQueueRecorder, select_events_at
-from store.push_urls import check_push_url
-from store.retry import RetryPolicy, webhook_retry
+from store.log import (
+    Leader,
+    PostgresRunQueueRecorder,
+    PushUrlRefusedError,
+    RetryPolicy,
+    StoreConfig,
+    TaskApplication,
+    TaskNotFoundError,
+    advisory_key,
+    leading,
+    select_events_at,
+    webhook_retry,
+)
+from store.public_form import NatsNames, event_message, stream_response
 from workers.jetstream_pull import Pull
-from workers.leadership import leading, restarting
+from workers.leadership import restarting
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream
 from workers.webhook_resolver import PublicOnlyResolver, refused_by_resolver
 from workers.webhook_signing import WebhookSigner
@@ -223,9 +233,8 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event) -> None:
         """Take in events and deliver until ``stop`` is set; each loop starts over after a failure."""
         await self.recorder.open()
-        # aiohttp, not httpx: measured here at 0.16 ms of CPU per POST against httpx's 1.4-2.6 ms
-        # with 8-32 in flight (httpcore's pool scans every connection per request), which made
-        # the dispatcher CPU-bound below 200 deliveries/s (ADR 0014).
+        # aiohttp, not httpx: httpcore's pool scans every connection per request, which made the
+        # dispatcher CPU-bound with a few dozen POSTs in flight (ADR 0014).
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
             connector=aiohttp.TCPConnector(
@@ -266,13 +275,13 @@ class Dispatcher:
         async with leading(self.store.config.database_url, self._intake_key, stop) as lock:
             if lock is None:
                 return
-            self._log_reads = lock
+            self._log_reads = lock.connection
             try:
                 await self._follow(stop, lock)
             finally:
                 self._log_reads = None
 
-    async def _follow(self, stop: asyncio.Event, lock: psycopg.AsyncConnection[Any]) -> None:
+    async def _follow(self, stop: asyncio.Event, lock: Leader) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         client = await asyncio.wait_for(
             nats.connect(self.names.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.5), NATS_CONNECT_S
@@ -296,7 +305,7 @@ class Dispatcher:
             pull = Pull(client, self.names.stream, DURABLE, batch=FETCH_BATCH, linger_s=self.linger_s)
             async for messages in pull.batches(stop):
                 if time.monotonic() - checked > LOCK_CHECK_S:
-                    await lock.execute("SELECT 1")  # the lock's connection is alive: still the leader
+                    await lock.check()  # the lock's connection is alive: still the leader
                     checked = time.monotonic()
                 await self.take(messages)
         finally:

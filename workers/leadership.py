@@ -1,13 +1,10 @@
-"""How a long-running part starts over after a failure, and how it waits to lead.
+"""How a long-running part starts over after a failure.
 
-Two things the relay, the sequencer and the webhook dispatcher all do, written once:
-
-- :func:`restarting` runs a part until it returns or ``stop`` is set; after a failure (the
-  database or NATS gone) it logs it and pauses by the one restart policy
-  (``store.retry.RESTART_POLICY``: 0.25-0.5 s, doubling up to 5-10 s, never giving up).
-- :func:`leading` waits on a connection of its own until it holds a session advisory lock, so
-  one process at a time leads and the others wait as hot standbys. Leadership ends with the
-  connection: a leader that dies or loses its database hands over within a second.
+The relay, the sequencer and the webhook dispatcher all do it, written once: :func:`restarting`
+runs a part until it returns or ``stop`` is set; after a failure (the database or NATS gone) it
+logs it and pauses by the one restart policy (``store.log.retry.RESTART_POLICY``: 0.25-0.5 s,
+doubling up to 5-10 s, never giving up). How they wait to lead is the store's
+(``store.log.leading``: a session advisory lock).
 """
 
 from __future__ import annotations
@@ -15,15 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import psycopg
-
-from store.retry import RESTART_POLICY
-
-POLL_S = 1.0
-"""How often a standby tries the lock."""
+from store.log import RESTART_POLICY
 
 
 async def restarting(
@@ -45,25 +36,3 @@ async def restarting(
             logger.warning("%s failed (%r); starting over in %.1fs", what, error, pause)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause)
-
-
-@contextlib.asynccontextmanager
-async def leading(
-    database_url: str, lock_key: int, stop: asyncio.Event
-) -> AsyncIterator[psycopg.AsyncConnection[Any] | None]:
-    """The connection that holds the advisory lock ``lock_key``, once it does; ``None`` if stopped first.
-
-    The connection is autocommit and stays open (holding the lock) until the block ends.
-    """
-    conn = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
-    try:
-        while not stop.is_set():
-            cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key,))
-            row = await cursor.fetchone()
-            if row and row[0]:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_S)
-        yield None if stop.is_set() else conn
-    finally:
-        await conn.close()

@@ -3,7 +3,8 @@
 ``LeasedTask`` keeps the worker's copy of the task aggregate. Each write is a domain command
 applied to that copy and saved in one transaction at the copy's version, through the
 application's ``commit_leased`` (the one conflict-retry executor, saving via the worker's group
-committer):
+committer); a step's outcome goes through the application's named use case ``commit_step``,
+which builds that command from ``domain.outcomes.apply_outcome``:
 
 - ``ConflictError``: someone appended first (a client message, a push config, a cancel). The
   copy is reloaded and the command re-applied; the command's own lease check decides whether
@@ -16,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from domain.clock import Clock
 from domain.errors import LeaseLostError
+from domain.skill import StepOutcome
 from domain.task import Task, lease_end
-from store.application import TaskApplication
-from store.retry import Command
+from store.log import Command, TaskApplication
 from workers.committer import Committer
 
 
@@ -69,13 +71,35 @@ class LeasedTask:
         Retries after a conflict with the reloaded task; raises ``LeaseLostError`` (and
         remembers it) once the lease no longer holds.
         """
+        return await self._commit(
+            lambda task: self.store.commit_leased(task, command, clock=self.clock, save=self.committer.save)
+        )
+
+    async def commit_step(
+        self, step: int, outcome: StepOutcome, *, steps_total: int, max_pause: timedelta
+    ) -> Task:
+        """Record ``outcome`` of step ``step``: the application's ``commit_step`` under this lease."""
+        return await self._commit(
+            lambda task: self.store.commit_step(
+                task,
+                epoch=self.epoch,
+                step=step,
+                outcome=outcome,
+                steps_total=steps_total,
+                max_pause=max_pause,
+                lease_seconds=self.lease_seconds,
+                clock=self.clock,
+                save=self.committer.save,
+            )
+        )
+
+    async def _commit(self, write: Callable[[Task], Awaitable[Task]]) -> Task:
+        """Run ``write`` on the task copy under the commit lock, and keep what it saved."""
         async with self._lock:
             if self.lost is not None:
                 raise self.lost
             try:
-                self.task = await self.store.commit_leased(
-                    self.task, command, clock=self.clock, save=self.committer.save
-                )
+                self.task = await write(self.task)
             except LeaseLostError as error:
                 self.lost = error
                 raise

@@ -4,10 +4,10 @@ The event store's notification log is the outbox: its ids follow commit order (a
 table lock), so reading ``id > last relayed`` never skips a late commit. The relay follows it
 on the library's subscription (``projections.log_follower``, the machinery the projections
 use), publishes each batch that arrived and then saves the batch's last position
-(``<schema>.longhaul_relay_position``, one row per stream). Each event becomes one
-JetStream message with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay that crashes after
-publishing and before saving its position republishes duplicates that JetStream drops. Only one
-relay is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
+(``store.log.RelayPosition``, one row per stream). Each event becomes one JetStream message
+with ``Nats-Msg-Id`` = ``<stream>:<position>``, so a relay that crashes after publishing and
+before saving its position republishes duplicates that JetStream drops. Only one relay is active
+at a time (``store.log.leading``: a PostgreSQL advisory lock); others wait as hot standbys.
 
 A batch's publishes are pipelined (``workers.jetstream_publish``), each carrying
 ``Nats-Expected-Last-Sequence``: the stream sequence its predecessor gets. The stream stores a
@@ -38,22 +38,17 @@ from typing import Any
 from uuid import UUID
 
 import nats
-import psycopg
 from eventsourcing.persistence import Tracking
 from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
-from psycopg import sql
 
 from domain.task import Task
-from projections.event_json import dumps, event_message, reference_message
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.locks import advisory_key
+from store.log import Leader, RelayPosition, StoreConfig, TaskApplication, advisory_key, leading
+from store.public_form import NatsNames, dumps, event_message, reference_message
 from workers.jetstream_publish import Pipelined
-from workers.leadership import leading, restarting
+from workers.leadership import restarting
 
 log = logging.getLogger(__name__)
 
@@ -162,16 +157,7 @@ class Relay:
         self.shared_log = shared_log
         self._database_url = store.config.database_url
         schema = store.config.schema
-        self._table = sql.Identifier(schema, "longhaul_relay_position")
-        self._save_position = (
-            sql.SQL(
-                "INSERT INTO {} (stream, position) VALUES (%s, %s)"
-                " ON CONFLICT (stream) DO UPDATE SET position = EXCLUDED.position"
-            )
-            .format(self._table)
-            .as_string()
-        )
-        """Once per published batch: rendered once (psycopg renders a ``Composed`` on every execute)."""
+        self._position = RelayPosition(schema, names.stream)
         self._lock_key = advisory_key(f"relay:{schema}:{names.stream}")
         self.published = 0
         self.referenced = 0
@@ -190,13 +176,13 @@ class Relay:
         await restarting("relay", lambda: self._lead_and_relay(stop), stop, log)
 
     async def _lead_and_relay(self, stop: asyncio.Event) -> None:
-        async with leading(self._database_url, self._lock_key, stop) as conn:
-            if conn is None:
+        async with leading(self._database_url, self._lock_key, stop) as leader:
+            if leader is None:
                 return
             log.info("relay is the leader for stream %s", self.names.stream)
-            await self._relay(conn, stop)
+            await self._relay(leader, stop)
 
-    async def _relay(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
+    async def _relay(self, leader: Leader, stop: asyncio.Event) -> None:
         # With unlimited reconnects nats-py retries the first connect forever: bound it here.
         nc = await asyncio.wait_for(nats.connect(self.names.urls, max_reconnect_attempts=-1), NATS_CONNECT_S)
         self.max_payload = nc.max_payload
@@ -206,12 +192,12 @@ class Relay:
             js = nc.jetstream()
             await ensure_stream(js, self.names, self.limits)
             await pipeline.start()
-            position = await self._position(conn)
+            position = await self._position.load(leader)
             async with LogFollower(self.store, after=position, shared_log=self.shared_log) as follower:
                 while not stop.is_set():
                     batch = await follower.next_batch(IDLE_WAIT_S, stop)
                     if batch:
-                        await self.publish(js, pipeline, conn, batch)
+                        await self.publish(js, pipeline, leader, batch)
         finally:
             await pipeline.close()
             await nc.close()
@@ -220,7 +206,7 @@ class Relay:
         self,
         js: Any,
         pipeline: Pipelined,
-        conn: psycopg.AsyncConnection[Any],
+        leader: Leader,
         batch: Sequence[tuple[Any, Tracking]],
     ) -> int:
         """Publish ``batch`` (events in log order), pipelined, then save its last position.
@@ -267,7 +253,7 @@ class Relay:
                 raise
             self._last_seq = done.seq
         position = batch[-1][1].notification_id
-        await conn.execute(self._save_position, (self.names.stream, position), prepare=True)
+        await self._position.save(leader, position)
         self.published += len(batch)
         return position
 
@@ -320,10 +306,3 @@ class Relay:
         )
         self.referenced += 1
         return dumps(reference_message(position, tenant, event, reason=reason)).encode()
-
-    async def _position(self, conn: psycopg.AsyncConnection[Any]) -> int:
-        cursor = await conn.execute(
-            sql.SQL("SELECT position FROM {} WHERE stream = %s").format(self._table), (self.names.stream,)
-        )
-        row = await cursor.fetchone()
-        return int(row[0]) if row else 0

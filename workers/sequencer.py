@@ -1,7 +1,7 @@
 """The sequencer: keeps the Merkle tree over every event, in log order, and signs checkpoints of it.
 
 It follows the notification log (``projections.log_follower``, as the relay does) from the Merkle
-log's stored position (``store.merkle_log``) and appends the events as leaves in gathered
+log's stored position (``store.evidence.merkle_log``) and appends the events as leaves in gathered
 batches: once the first events of a batch arrive it keeps taking what arrives for ``gather``
 seconds (``LONGHAUL_SEQUENCER_GATHER_SECONDS``, or until 500 events), then appends them all,
 leaves, subtrees and the new position, in one transaction (ADR 0046: at one task at a time that
@@ -21,7 +21,7 @@ starts shortly before the checkpoint is due may delay it by up to ``gather``); o
 the batch gathered so far is appended, then signed and published.
 
 Only one sequencer is active at a time (a PostgreSQL advisory lock); others wait as hot standbys.
-Every failure starts it over with the restart pause of ``store.retry``, re-reading the tree. It
+Every failure starts it over with the restart pause of ``store.log.retry``, re-reading the tree. It
 needs a store on PostgreSQL: over an in-memory store it refuses to start.
 """
 
@@ -41,16 +41,10 @@ from nats.js.errors import NotFoundError
 from domain.clock import Clock
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.chain import task_uuid
-from store.config import StoreConfig
-from store.locks import advisory_key
-from store.merkle import MerkleTree
-from store.merkle_log import MerkleLog, StoredCheckpoint
-from store.retry import RESTART_POLICY
-from store.signed_notes import SignerKey
-from workers.leadership import leading, restarting
+from store.evidence import MerkleLog, MerkleTree, SignerKey, StoredCheckpoint, task_uuid
+from store.log import RESTART_POLICY, StoreConfig, TaskApplication, advisory_key, leading
+from store.public_form import NatsNames
+from workers.leadership import restarting
 from workers.relay import NATS_CONNECT_S, PUBLISH_TIMEOUT_S, StreamLimits, ensure_stream_named
 
 log = logging.getLogger(__name__)
@@ -130,8 +124,8 @@ class Sequencer:
         await restarting("sequencer", lambda: self._lead_and_sequence(stop), stop, log)
 
     async def _lead_and_sequence(self, stop: asyncio.Event) -> None:
-        async with leading(self._database_url, self._lock_key, stop) as conn:
-            if conn is None:
+        async with leading(self._database_url, self._lock_key, stop) as leader:
+            if leader is None:
                 return
             log.info("sequencer is the leader (checkpoints signed by %s)", self.signer.name)
             self.leading = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domain.skill import SkillRegistry
-from store.application import TaskApplication
+from store.log import TaskApplication
 
 
 class ReleaseMismatchError(RuntimeError):

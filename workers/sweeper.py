@@ -7,7 +7,7 @@ projector``) on PostgreSQL, and from the run queue of a memory store, which has 
 The index trails the log by the projector's lag, so a task expires that much later, never
 earlier: the use case checks the task itself.
 
-Retention may differ per tenant and skill (``store.retention.RetentionPolicy``). The expiry
+Retention may differ per tenant and skill (``store.log.retention.RetentionPolicy``). The expiry
 search asks for tasks ended before ``now`` minus the *shortest* retention, oldest first, and
 checks each candidate's own retention on what the search returned (tenant, skill, end time)
 before the use case, which checks it again on the task. A candidate not yet due is skipped, and the search
@@ -18,7 +18,7 @@ own, read again in each round that reaches them.
 
 When PostgreSQL's autovacuum is off, the sweeper also keeps the planner's statistics of the
 store's tables, every ``REFRESH_EVERY_S`` seconds, by autovacuum's own rule
-(``store.statistics``, ADR 0047): without them the plans made while the tables were small stay,
+(``store.log.statistics``, ADR 0047): without them the plans made while the tables were small stay,
 and claims, loads and appends cost more as the log grows.
 """
 
@@ -36,10 +36,13 @@ from domain.clock import Clock
 from domain.errors import DomainError
 from domain.task import Task
 from projections.retention_index import RetentionIndexRecorder, RetentionRow, open_index
-from store.application import TaskApplication
-from store.errors import ConflictError, RetentionNotReachedError
-from store.retention import RetentionPolicy
-from store.statistics import REFRESH_EVERY_S
+from store.log import (
+    REFRESH_EVERY_S,
+    ConflictError,
+    RetentionNotReachedError,
+    RetentionPolicy,
+    TaskApplication,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,7 @@ from domain.errors import LeaseLostError
 from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
-from store.outcomes import apply_outcome
-from store.retry import Command
-from store.task_keys import SecretUnreadableError
+from store.secrets import SecretUnreadableError
 from workers.context import DrainRequestedError, DurableStepContext, reveal_input
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
@@ -81,20 +79,20 @@ class TaskRunner:
                 outcome = await self._timed(index, latest_input)
                 # A commit that fails for another reason than the lease (an outcome the store
                 # cannot hold, the database gone) counts as a failed attempt of the step.
-                await self.lease.commit(self._apply(index, outcome))
+                await self._commit_step(index, outcome)
             except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
                 raise
             except SecretUnreadableError as error:
                 # Retrying cannot bring a destroyed key back: the task fails at once, saying why.
                 log.warning("task %s step %d: %s", task.id, index, error)
-                await self.lease.commit(self._apply(index, Fail(f"step {index} cannot run: {error}")))
+                await self._commit_step(index, Fail(f"step {index} cannot run: {error}"))
                 return
             except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
                 attempts += 1
                 log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
                 if attempts >= self.policy.max_step_attempts:
                     reason = f"step {index} failed {attempts} times; last error: {error!r}"
-                    await self.lease.commit(self._apply(index, Fail(reason)))
+                    await self._commit_step(index, Fail(reason))
                     return
                 await asyncio.sleep(self.policy.retry_backoff_s * attempts)
                 await self.lease.refresh()
@@ -162,23 +160,11 @@ class TaskRunner:
 
     # ------------------------------------------------------------------ outcome -> events
 
-    def _apply(self, index: int, outcome: StepOutcome) -> Command:
-        """The fenced command that records ``outcome`` of step ``index`` (see ``apply_outcome``)."""
-        lease, steps_total, max_pause = self.lease, len(self.skill.steps), self.policy.max_pause
-
-        def command(task: Task, now: datetime) -> None:
-            apply_outcome(
-                task,
-                epoch=lease.epoch,
-                now=now,
-                step=index,
-                outcome=outcome,
-                steps_total=steps_total,
-                max_pause=max_pause,
-                lease_until=lease.lease_until(now),
-            )
-
-        return command
+    async def _commit_step(self, index: int, outcome: StepOutcome) -> None:
+        """Record ``outcome`` of step ``index`` in one fenced commit (``TaskApplication.commit_step``)."""
+        await self.lease.commit_step(
+            index, outcome, steps_total=len(self.skill.steps), max_pause=self.policy.max_pause
+        )
 
     def _finish_without_outcome(self, task: Task, now: datetime) -> None:
         task.complete(epoch=self.lease.epoch, now=now, message=None)

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from store.run_queue import RunQueue
+from store.log import RunQueue
 
 MATCH_WITHIN_S = 1.0
 """How long after an own append returned its NOTIFY may come and still be matched to it."""

@@ -4,7 +4,7 @@ Checking a push URL's name and then letting the HTTP client resolve it again lea
 name can answer a public address to the check and a private one to the connection (DNS
 rebinding). ``PublicOnlyResolver`` closes it by putting the check inside the client's own
 resolution: aiohttp asks it for a host's addresses, it asks the usual resolver and refuses the
-whole answer if any address is not public (``store.push_urls.is_public``), so the connection can
+whole answer if any address is not public (``store.deliveries.push_urls.is_public``), so the connection can
 only go to checked addresses. aiohttp does not call a resolver for a literal address; the
 dispatcher checks those itself (``check_push_url(..., resolve=False)``).
 """
@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from store.push_urls import is_public, literal_address
+from store.deliveries import is_public, literal_address
 
 
 class NonPublicAddressError(OSError):

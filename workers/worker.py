@@ -23,9 +23,7 @@ from domain.errors import DomainError, LeaseLostError
 from domain.skill import SkillRegistry, UnknownSkillError
 from domain.states import TaskState
 from domain.task import Task, lease_end
-from store.application import TaskApplication
-from store.errors import ConflictError
-from store.retry import retry_lost_connection
+from store.log import ConflictError, TaskApplication, retry_lost_connection
 from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics

@@ -16,8 +16,7 @@ import pytest
 import pytest_asyncio
 from litestar import Litestar
 
-from store.application import TaskApplication
-from store.config import MemoryConfig
+from store.log import MemoryConfig, TaskApplication
 from tests.api.support import A2A_HEADERS, Advance, FakeClock, Rpc, gateway_app, http_client
 
 JSON = dict[str, Any]
@@ -42,7 +41,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def make_app(store: TaskApplication, clock: FakeClock) -> Callable[..., Litestar]:
-    """Build the app over the test store; keyword arguments override ``create_app``'s."""
+    """Build the app over the test store; keyword arguments override ``GatewayConfig``'s."""
 
     def build(**overrides: Any) -> Litestar:
         return gateway_app(store, clock, **overrides)

@@ -20,8 +20,8 @@ from litestar import Litestar
 
 from api.sse import SseEvent, read_events
 from api.task_feed import StoreLog, TaskFeed
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.subjects import NatsNames
 from workers.relay import Relay
 
 JSON = dict[str, Any]

@@ -15,10 +15,11 @@ import pytest_asyncio
 from litestar import Litestar
 
 from api.app import create_app
+from api.config import GatewayConfig
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from store.application import TASK_ID_NAMESPACE, TaskApplication
-from store.config import MemoryConfig
+from store.log.application import TASK_ID_NAMESPACE, TaskApplication
+from store.log.config import MemoryConfig
 
 JSON = dict[str, Any]
 PUBLIC_URL = "http://gateway.test:8080"
@@ -67,7 +68,7 @@ def http_client(app: Litestar) -> httpx.AsyncClient:
 
 
 def gateway_app(store: TaskApplication, clock: FakeClock, **overrides: Any) -> Litestar:
-    """The gateway app of these tests over ``store``; keyword arguments override ``create_app``'s."""
+    """The gateway app of these tests over ``store``; keyword arguments override ``GatewayConfig``'s."""
     arguments: JSON = {
         "store": store,
         "registry": make_registry(),
@@ -79,7 +80,7 @@ def gateway_app(store: TaskApplication, clock: FakeClock, **overrides: Any) -> L
         "blocking_timeout_s": 10.0,
     }
     arguments.update(overrides)
-    return create_app(**arguments)
+    return create_app(GatewayConfig(**arguments))
 
 
 class OneGatewayPerClass:

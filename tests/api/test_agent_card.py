@@ -9,7 +9,7 @@ import httpx
 from litestar import Litestar
 
 from api.agent_card import DURABILITY_EXTENSION
-from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
+from store.secrets.secret_parts import REDACTED_PART, SECRET_EXTENSION
 from tests.api.support import PUBLIC_URL, http_client
 
 

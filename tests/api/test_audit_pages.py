@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from litestar import Litestar
 
 from api.api_keys import KeyRing, parse_pairs
-from projections.task_wire import task_to_wire
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
+from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.public_form.task_wire import task_to_wire
 from tests.api.support import A2A_HEADERS, Advance, http_client, user_message
 from tests.support.tampering import set_first_byte
 

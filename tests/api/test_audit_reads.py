@@ -23,8 +23,8 @@ from litestar import Litestar
 
 from api.api_keys import KeyRing, digest_of, key_id_of, parse_pairs
 from domain.task import Task
-from projections.task_state import task_state_json
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.task_state import task_state_json
 from tests.api.support import A2A_HEADERS, Advance, FakeClock, http_client, log_position, user_message
 from tests.support.audited_task import replayed
 

@@ -4,7 +4,7 @@ On PostgreSQL (the Merkle log lives there), with two tenants' API keys. A task's
 scoped and authenticated like the other audit reads: another tenant's task is TaskNotFound
 exactly like a missing one, no key is 401, and before a signed checkpoint covers the task it is
 NOT_CHECKPOINTED naming the setting of the sequencer's interval. The receipt answered is the log's
-own and verifies with ``store.receipts`` and the served key alone. ``/audit/v1/log-key`` and
+own and verifies with ``store.evidence.receipts`` and the served key alone. ``/audit/v1/log-key`` and
 ``/audit/v1/checkpoints/latest`` need no key.
 """
 
@@ -22,14 +22,15 @@ from litestar import Litestar
 
 from api.api_keys import KeyRing, parse_pairs
 from api.app import create_app
+from api.config import GatewayConfig
 from api.rest import described
 from domain.task import Task
-from store.application import TaskApplication
-from store.checkpoints import parse_checkpoint
-from store.config import MemoryConfig
-from store.merkle_log import MerkleLog, catch_up
-from store.receipts import Receipt, verify_receipt
-from store.signed_notes import SignerKey, open_note
+from store.evidence.checkpoints import parse_checkpoint
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.receipts import Receipt, verify_receipt
+from store.evidence.signed_notes import SignerKey, open_note
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
 from tests.api.support import A2A_HEADERS, PUBLIC_URL, FakeClock, http_client, log_position, make_registry
 from tests.support.tasks import new_task
 
@@ -193,14 +194,16 @@ async def test_a_memory_store_has_no_receipts() -> None:
 
 def _memory_app(store: TaskApplication) -> Litestar:
     return create_app(
-        store=store,
-        registry=make_registry(),
-        clock=FakeClock(),
-        default_skill="echo",
-        max_pause=timedelta(days=7),
-        retention=timedelta(days=30),
-        public_url=PUBLIC_URL,
-        audit_verifier_keys=KEYS,
+        GatewayConfig(
+            store=store,
+            registry=make_registry(),
+            clock=FakeClock(),
+            default_skill="echo",
+            max_pause=timedelta(days=7),
+            retention=timedelta(days=30),
+            public_url=PUBLIC_URL,
+            audit_verifier_keys=KEYS,
+        )
     )
 
 

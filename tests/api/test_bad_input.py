@@ -15,7 +15,7 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from store.application import TaskApplication
+from store.log import TaskApplication
 from tests.api.support import OneGatewayPerClass, http_client, log_position, user_message
 
 JSON = dict[str, Any]

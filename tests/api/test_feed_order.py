@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.task_feed import FeedOrder, is_reference, parse_message
-from projections.event_json import dumps
+from store.public_form.event_json import dumps
 
 JSON = dict[str, Any]
 

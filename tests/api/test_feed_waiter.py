@@ -11,9 +11,9 @@ import pytest
 
 from api.task_feed import StoreLog, TaskFeed
 from api.waiting import FeedWaiter
-from projections.event_json import dumps
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.event_json import dumps
+from store.public_form.subjects import NatsNames
 from tests.support.tasks import new_task
 
 pytestmark = pytest.mark.postgres

@@ -10,7 +10,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import log_position
 
 ENDPOINT = "/a2a/jsonrpc"

@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 
 from api import wire
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import Advance, Rpc, error_of, log_position, task_id_for, user_message
 
 JSON = dict[str, Any]

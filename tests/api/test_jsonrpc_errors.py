@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from api.service import A2AService
-from store.application import TaskApplication
+from store.log import TaskApplication
 from tests.api.support import OneGatewayPerClass, Rpc, error_of, log_position, user_message
 
 JSON = dict[str, Any]

@@ -15,8 +15,8 @@ from uuid import UUID
 import pytest
 
 from api import wire
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, FakeClock, Rpc, error_of, log_position, user_message
 from tests.support.projector import projector_running
 

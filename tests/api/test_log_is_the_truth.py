@@ -9,8 +9,8 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from projections.task_wire import task_to_wire
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.task_wire import task_to_wire
 from tests.api.support import FakeClock, Rpc, user_message
 
 pytestmark = pytest.mark.postgres  # snapshots and events as PostgreSQL stores them

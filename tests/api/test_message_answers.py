@@ -11,16 +11,16 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import httpx
 import pytest_asyncio
 from litestar import Litestar
 
 from api import wire
+from domain.messages import agent_message
 from domain.skill import SkillRegistry
-from store.application import TaskApplication
-from store.messages import agent_message
+from store.log.application import TaskApplication
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
 from workers.skills.conformance import conformance_skills
 
@@ -42,7 +42,11 @@ async def _worker(advance: Advance, message_id: str, text: str = "Direct message
     await advance.wait_exists(task_id)
     await asyncio.sleep(0.05)  # the send is waiting by now
     task = advance.start(task_id)
-    task.complete(epoch=task.lease_epoch, now=advance.clock(), message=agent_message(task, text))
+    task.complete(
+        epoch=task.lease_epoch,
+        now=advance.clock(),
+        message=agent_message(task, text, message_id=str(uuid4())),
+    )
     await asyncio.to_thread(advance.store.save_tasks, task)
 
 

@@ -17,12 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from domain.states import TaskState
 from projections.projector import PROJECTIONS
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import Attempt, DeliveryRecorder, NewDelivery
-from store.merkle_log import catch_up
-from store.run_queue import RunQueueRow
-from store.signed_notes import SignerKey
+from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery
+from store.evidence.merkle_log import catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.run_queue import RunQueueRow
 from tests.api.support import http_client, log_position
 from tests.support.projector import projector_running
 from tests.support.tasks import new_task

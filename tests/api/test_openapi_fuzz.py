@@ -25,9 +25,10 @@ from schemathesis.core.result import Ok
 from schemathesis.generation.modes import GenerationMode
 
 from api.app import create_app
+from api.config import GatewayConfig
 from api.rest import described
-from store.application import TaskApplication
-from store.config import MemoryConfig
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
 from tests.api.support import PUBLIC_URL, FakeClock, http_client, log_position, make_registry
 
 JSON = dict[str, Any]
@@ -43,13 +44,15 @@ def openapi_document() -> JSON:
     """The OpenAPI document a gateway serves (it does not depend on the store)."""
     application = TaskApplication(MemoryConfig())
     app = create_app(
-        store=application,
-        registry=make_registry(),
-        clock=FakeClock(),
-        default_skill="echo",
-        max_pause=timedelta(days=7),
-        retention=timedelta(days=30),
-        public_url=PUBLIC_URL,
+        GatewayConfig(
+            store=application,
+            registry=make_registry(),
+            clock=FakeClock(),
+            default_skill="echo",
+            max_pause=timedelta(days=7),
+            retention=timedelta(days=30),
+            public_url=PUBLIC_URL,
+        )
     )
     document = described(app.openapi_schema.to_schema())
     application.close()

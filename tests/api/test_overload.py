@@ -15,7 +15,7 @@ from api.agent_card import JSONRPC_PATH
 from api.early_answers import refusal_body
 from api.errors import ResourceExhaustedError
 from api.overload import INTERVAL_S, MIN_LIMIT, LimitInFlight
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import Advance, error_of, http_client, log_position, task_id_for, user_message
 
 LIMIT = 3

@@ -18,8 +18,8 @@ import pytest
 from litestar import Litestar
 
 from longhaul.settings import Settings
-from projections.event_json import dumps, event_message
-from store.application import MAX_PUSH_CONFIGS, TaskApplication
+from store.log.application import MAX_PUSH_CONFIGS, TaskApplication
+from store.public_form.event_json import dumps, event_message
 from tests.api.support import A2A_HEADERS, Advance, Rpc, error_of, http_client, log_position, user_message
 
 JSON = dict[str, Any]

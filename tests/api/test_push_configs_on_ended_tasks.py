@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from domain.task import Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import Advance, log_position, user_message
 
 JSON = dict[str, Any]

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from longhaul.commands import _listen, _serve
-from store.application import TaskApplication
-from store.config import StoreConfig
+from longhaul.serving import listen, serve
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, Rpc, http_client, log_position, task_id_for, user_message
 from tests.support.projector import projector_running
 
@@ -279,10 +279,10 @@ async def test_list_tasks_reads_its_filters_from_the_query(
 
 async def test_served_by_uvicorn_the_card_leads_to_the_binding(make_app: Callable[..., Litestar]) -> None:
     """Over a real socket: the card's HTTP+JSON URL takes a send, and ``:subscribe`` is its own route."""
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     stop = asyncio.Event()
-    serving = asyncio.ensure_future(_serve(make_app(public_url=base), sock, stop))
+    serving = asyncio.ensure_future(serve(make_app(public_url=base), sock, stop))
     try:
         async with httpx.AsyncClient(headers={"A2A-Version": "1.0"}) as client:
             card = await _card(client, base)

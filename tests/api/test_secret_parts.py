@@ -8,8 +8,8 @@ from uuid import UUID
 
 import httpx
 
-from store.application import TaskApplication
-from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
+from store.log.application import TaskApplication
+from store.secrets.secret_parts import REDACTED_PART, SECRET_EXTENSION
 from tests.api.support import A2A_HEADERS, Rpc, user_message
 
 SECRET = "sk-gateway-secret-0123456789"

@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 
 from api import wire
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import (
     Advance,
     FakeClock,

@@ -21,9 +21,9 @@ from litestar import Litestar
 
 from api.task_feed import StoreLog, TaskFeed
 from domain.skill import SkillRegistry
-from projections.stream_response import stream_response
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.stream_frames import stream_response
+from store.public_form.subjects import NatsNames
 from tests.api.streams_support import (
     A2A_HEADERS,
     open_rest_stream,

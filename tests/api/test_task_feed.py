@@ -21,9 +21,9 @@ from nats.aio.client import Client
 
 from api.task_feed import StoreLog, TaskFeed
 from domain.task import Task
-from projections.event_json import dumps, reference_message
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.event_json import dumps, reference_message
+from store.public_form.subjects import NatsNames
 from tests.support.nats_servers import NatsServer
 from tests.support.processes import until
 from tests.support.tasks import new_task

@@ -9,7 +9,7 @@ import pytest
 
 from api import wire
 from domain.task import Task
-from projections.task_wire import iso_millis, task_to_wire
+from store.public_form.task_wire import iso_millis, task_to_wire
 
 
 def _task(history_extra: int = 0) -> Task:

@@ -23,8 +23,8 @@ from litestar.connection import ASGIConnection
 from api.api_keys import KeyRing, parse_pairs
 from api.authentication import caller_tenant
 from api.errors import UnauthenticatedError
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import (
     A2A_HEADERS,
     Advance,

@@ -12,7 +12,7 @@ from litestar import Litestar
 from api.waiting import STATE_EVENTS, PollingWaiter
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import Advance, Rpc, http_client, task_id_for, user_message
 
 

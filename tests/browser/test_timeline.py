@@ -8,7 +8,7 @@ sees every event of the log, clicks a version to see the state then, and sees th
 the artifact. Another tenant's key, and no key, see nothing of it.
 
 The page also shows the verification of the task's hash chain and of the signed checkpoint
-covering it: pending until a checkpoint is signed (``store.merkle_log.catch_up`` stands in for
+covering it: pending until a checkpoint is signed (``store.evidence.merkle_log.catch_up`` stands in for
 the sequencer), then verified. After the test changes one byte of an event in the events table,
 the chain fails naming that version; after it also rewrites the chain rows to match (the chain
 alone checks), the checkpoint fails, naming the versions from the altered one.
@@ -32,12 +32,12 @@ from playwright.sync_api import Error as PlaywrightError
 
 from api.api_keys import key_id_of
 from domain.task import Task
-from projections.task_wire import task_to_wire
-from store.application import TaskApplication
-from store.key_files import create_signer_key
-from store.merkle_log import catch_up
-from store.receipts import verify_receipt
-from store.signed_notes import SignerKey
+from store.evidence.key_files import create_signer_key
+from store.evidence.merkle_log import catch_up
+from store.evidence.receipts import verify_receipt
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.public_form.task_wire import task_to_wire
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, wait_for_state, worker_id
 from tests.support.processes import wait_until
 from tests.support.tampering import alter_event, rechain

@@ -9,8 +9,8 @@ import pytest
 
 from longhaul import wiring
 from longhaul.settings import Settings
-from store.key_files import create_signer_key
-from store.signed_notes import SignerKey
+from store.evidence.key_files import create_signer_key
+from store.evidence.signed_notes import SignerKey
 
 
 def test_up_makes_a_key_once_and_keeps_it(tmp_path: Path) -> None:

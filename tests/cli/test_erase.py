@@ -7,8 +7,8 @@ from uuid import UUID
 
 import pytest
 
-from store.application import TaskApplication
-from store.task_keys import SecretUnreadableError
+from store.log.application import TaskApplication
+from store.secrets.task_keys import SecretUnreadableError
 from tests.store.test_task_keys import answer_with_key, paused
 
 

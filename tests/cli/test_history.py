@@ -22,12 +22,12 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
-from projections.event_json import dumps
-from projections.task_state import task_state_json
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.merkle_log import catch_up
-from store.signed_notes import SignerKey
+from store.evidence.merkle_log import catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.public_form.event_json import dumps
+from store.public_form.task_state import task_state_json
 from tests.support.audited_task import (
     CLIENT_KEY,
     PROGRESS_REPORTS,

@@ -11,8 +11,8 @@ from uuid import UUID
 import pytest
 
 from longhaul.cli import SIGPIPE_EXIT
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.support.tasks import new_task
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from longhaul import commands
+from longhaul import processes
 from projections.retention_index import open_index
 from projections.task_view import open_view
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, FakeClock, make_registry, user_message
 
 
@@ -55,7 +55,7 @@ async def test_the_projector_follows_the_log_until_stopped(
     assert view is not None
     assert index is not None
     stop = asyncio.Event()
-    running = asyncio.ensure_future(commands._projector(store_config, stop))
+    running = asyncio.ensure_future(processes.run_projector(store_config, stop))
     try:
         await asyncio.to_thread(make_tasks, postgres_store, 4)
         await asyncio.to_thread(view.wait, postgres_store.name, log_position(postgres_store), 20)

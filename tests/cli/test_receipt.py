@@ -1,6 +1,6 @@
 """``longhaul receipt TASK_ID [--out FILE]``: the receipt document, and it verifies offline.
 
-On a real PostgreSQL. The receipt is checked as an auditor would: ``store/receipts.py`` alone is
+On a real PostgreSQL. The receipt is checked as an auditor would: ``store/evidence/receipts.py`` alone is
 copied into an empty directory and run there with a plain interpreter (no longhaul on its path),
 with the log's verifier key; it exits 0, and 1 for a receipt whose leaf was altered. An unknown
 task, or one no signed checkpoint covers yet, is one line on stderr and exit 1.
@@ -19,12 +19,12 @@ from uuid import uuid4
 
 import pytest
 
-import store.receipts
+import store.evidence.receipts
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.merkle_log import catch_up
-from store.signed_notes import SignerKey
+from store.evidence.merkle_log import catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.support.tasks import new_task
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -53,7 +53,7 @@ def _verify_offline(tmp_path: Path, document: str) -> subprocess.CompletedProces
     """``python receipts.py verify RECEIPT.json --key VKEY`` in a directory holding that file alone."""
     alone = tmp_path / "auditor"
     alone.mkdir()
-    shutil.copy(store.receipts.__file__, alone / "receipts.py")
+    shutil.copy(store.evidence.receipts.__file__, alone / "receipts.py")
     (alone / "receipt.json").write_text(document)
     (alone / "log.vkey").write_text(f"{SIGNER.verifier()}\n")
     return subprocess.run(

@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
-from longhaul import commands
-from longhaul.commands import HTTP_KEEPALIVE_S, _listen, _run_all, _serve
+from longhaul import serving as serving_module
 from longhaul.demo import fake_iam
+from longhaul.serving import HTTP_KEEPALIVE_S, listen, run_all, serve
 
 
 class _Probe(asyncio.Protocol):
@@ -28,7 +28,7 @@ class _Probe(asyncio.Protocol):
 
 async def test_accepted_connections_have_tcp_nodelay() -> None:
     """asyncio sets TCP_NODELAY on accepted sockets only if the listening socket names IPPROTO_TCP."""
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     assert sock.proto == socket.IPPROTO_TCP
     seen: asyncio.Queue[int] = asyncio.Queue()
     _Probe.seen = seen
@@ -47,9 +47,9 @@ async def test_accepted_connections_have_tcp_nodelay() -> None:
 
 async def test_keep_alive_requests_do_not_wait_for_a_delayed_ack() -> None:
     """Sequential requests on one connection: each well under the 40 ms delayed-ACK stall."""
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     stop = asyncio.Event()
-    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    serving = asyncio.ensure_future(serve(fake_iam.create_app(), sock, stop))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
             await _until_serving(client)
@@ -83,16 +83,16 @@ def test_the_gateway_keeps_an_idle_connection_longer_than_clients_keep_theirs() 
 async def test_an_idle_keep_alive_connection_lives_as_long_as_the_keep_alive_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What ``_serve`` gives uvicorn is what an idle connection gets: reused before, closed after.
+    """What ``serve`` gives uvicorn is what an idle connection gets: reused before, closed after.
 
     With ``HTTP_KEEPALIVE_S`` scaled down, a request after half of it idle is answered on the same
     connection, and the gateway closes the connection only once all of it has passed (with
     uvicorn's default of 5 s in effect instead, the close would come late and the test fail).
     """
-    monkeypatch.setattr(commands, "HTTP_KEEPALIVE_S", SCALED_KEEPALIVE_S)
-    sock = _listen("127.0.0.1", 0)
+    monkeypatch.setattr(serving_module, "HTTP_KEEPALIVE_S", SCALED_KEEPALIVE_S)
+    sock = listen("127.0.0.1", 0)
     stop = asyncio.Event()
-    serving = asyncio.ensure_future(_serve(fake_iam.create_app(), sock, stop))
+    serving = asyncio.ensure_future(serve(fake_iam.create_app(), sock, stop))
     request = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
     loop = asyncio.get_running_loop()
     try:
@@ -137,7 +137,7 @@ async def _until_serving(client: httpx.AsyncClient) -> None:
 
 async def test_services_a_step_calls_stop_after_the_workers_drained() -> None:
     """The fake IAM must still answer a step that commits during the drain after SIGTERM."""
-    iam_sock = _listen("127.0.0.1", 0)
+    iam_sock = listen("127.0.0.1", 0)
     iam_url = f"http://127.0.0.1:{iam_sock.getsockname()[1]}"
     stop, dependencies_stop = asyncio.Event(), asyncio.Event()
     answers: list[int] = []
@@ -153,10 +153,10 @@ async def test_services_a_step_calls_stop_after_the_workers_drained() -> None:
         stop.set()
 
     await asyncio.wait_for(
-        _run_all(
+        run_all(
             [draining_worker(), stop_soon()],
             stop,
-            dependencies=[_serve(fake_iam.create_app(), iam_sock, dependencies_stop)],
+            dependencies=[serve(fake_iam.create_app(), iam_sock, dependencies_stop)],
             dependencies_stop=dependencies_stop,
         ),
         20,

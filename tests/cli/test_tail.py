@@ -20,8 +20,8 @@ from nats.js import JetStreamContext
 from domain.task import Task
 from longhaul.cli import SIGPIPE_EXIT
 from longhaul.tail import Start, filter_subject, line, parse_since, tail
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.subjects import NatsNames
 from tests.support.tasks import new_task
 from workers.relay import Relay, ensure_stream
 

@@ -26,17 +26,17 @@ import pytest
 from psycopg import sql
 
 from domain.task import Task
-from longhaul import commands
+from longhaul import evidence_commands
 from longhaul.cli import SIGPIPE_EXIT
-from store.application import TaskApplication
-from store.chain import chain_hash
-from store.config import StoreConfig
-from store.key_files import create_signer_key
-from store.merkle_log import MerkleLog, catch_up
-from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
-from store.signed_notes import SignerKey
+from store.evidence.archive import archive_expired
+from store.evidence.chain import chain_hash
+from store.evidence.key_files import create_signer_key
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.tasks import new_task
-from workers.archive import archive_expired
 
 Cli = Callable[..., tuple[int, str, str]]
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -603,7 +603,7 @@ def test_verify_piped_into_head_ends_quietly(
 
 
 def test_progress_goes_to_stderr(tasks: list[Task], keyed: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "VERIFY_PROGRESS_S", 0.0)  # every task, as on a large store
+    monkeypatch.setattr(evidence_commands, "VERIFY_PROGRESS_S", 0.0)  # every task, as on a large store
     code, out, err = keyed("verify")
     assert code == 0
     progress = [line for line in err.splitlines() if line.startswith("verify: ")]

@@ -23,8 +23,8 @@ import httpx
 
 from domain.task import Task
 from longhaul.settings import Settings
-from store.application import TaskApplication
-from store.errors import ConflictError
+from store.log.application import TaskApplication
+from store.log.errors import ConflictError
 from tests.support.processes import LonghaulProcess, free_port, settings_env, wait_for_http, wait_until
 
 JSON = dict[str, Any]

@@ -17,8 +17,8 @@ from uuid import UUID
 
 import httpx
 
-from store.application import TaskApplication, task_id_for
-from store.errors import TaskNotFoundError
+from store.log.application import TaskApplication, task_id_for
+from store.log.errors import TaskNotFoundError
 from tests.crash.cluster import Cluster, events, of_kind, rpc, user_message, wait_for_state
 from tests.support.processes import free_port, wait_for_http, wait_until
 

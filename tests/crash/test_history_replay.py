@@ -18,9 +18,9 @@ from uuid import UUID
 import httpx
 
 from api.api_keys import digest_of, key_id_of
-from projections.event_json import dumps
-from projections.task_state import task_state_json
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.event_json import dumps
+from store.public_form.task_state import task_state_json
 from tests.crash.cluster import Cluster, events, holder_pid, user_message, wait_for_state, worker_id
 from tests.support.audited_task import replayed
 from tests.support.processes import wait_until

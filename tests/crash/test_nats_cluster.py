@@ -37,9 +37,9 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from longhaul.settings import Settings
-from projections.event_message import json_schema
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.message_schema import json_schema
+from store.public_form.subjects import NatsNames
 from tests.crash.cluster import Cluster, user_message
 from tests.support.nats_servers import NatsCluster, NatsServer
 from tests.support.processes import until, wait_until

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul.settings import Settings
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, rpc, user_message
 from tests.support.jetstream import (
     log_events,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, answer, events, iam_calls, kind, of_kind, submit, wait_for_state
 
 REVOCATIONS = 14

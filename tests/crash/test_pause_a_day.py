@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import JSON, Cluster, events, kind, of_kind, rpc, wait_for_state
 
 DAY = 86400

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from domain.task import Task
 from projections.projector import PROJECTIONS, lags
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster
 from tests.support.processes import wait_until
 from tests.support.tasks import new_task

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, epoch_of, events, kind, new_task
 from tests.support.processes import wait_until
 

@@ -15,7 +15,7 @@ import json
 import uuid
 from uuid import UUID
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     answer,

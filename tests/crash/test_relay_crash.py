@@ -19,7 +19,7 @@ import nats
 from nats.js.errors import NotFoundError
 
 from api.task_feed import StoreLog
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster
 from tests.support.jetstream import relayed_exactly_once, stream_count, stream_messages, wait_for_stream
 from tests.support.processes import LonghaulProcess

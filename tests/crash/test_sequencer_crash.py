@@ -22,14 +22,14 @@ from uuid import UUID
 
 import nats
 
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.chain import GENESIS, chain_hash, task_uuid
-from store.checkpoints import parse_checkpoint
-from store.key_files import create_signer_key
-from store.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
-from store.merkle_log import MerkleLog
-from store.signed_notes import open_note
+from store.evidence.chain import GENESIS, chain_hash, task_uuid
+from store.evidence.checkpoints import parse_checkpoint
+from store.evidence.key_files import create_signer_key
+from store.evidence.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
+from store.evidence.merkle_log import MerkleLog
+from store.evidence.signed_notes import open_note
+from store.log.application import TaskApplication
+from store.public_form.subjects import NatsNames
 from tests.crash.cluster import Cluster
 from tests.support.processes import wait_until
 from tests.support.tasks import new_task

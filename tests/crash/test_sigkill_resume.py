@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     epoch_of,

@@ -21,7 +21,7 @@ from uuid import UUID
 import httpx
 
 from api.sse import SseEvent
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.streams_support import A2A_HEADERS, open_stream, pairs, results, state_of
 from tests.api.test_streams import visible
 from tests.crash.cluster import STARTUP_TIMEOUT, Cluster, user_message

@@ -5,7 +5,7 @@ SIGKILLed mid-fetch, the other resumes it, it pauses for the owners' approval, t
 (appended by this process, as the gateway would), and it completes. Its events were written by
 three processes, none of which knew the chain heads of the others' commits. Once sequenced and
 signed (``catch_up``, as the sequencer would), ``longhaul verify`` passes against the checkpoint,
-and the task's receipt verifies offline: ``store/receipts.py`` copied alone into an empty directory
+and the task's receipt verifies offline: ``store/evidence/receipts.py`` copied alone into an empty directory
 and run there by an isolated interpreter; with one byte of its proof changed, it does not. One
 byte of an event changed behind longhaul's back is then named, and nothing else.
 """
@@ -23,17 +23,17 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.key_files import create_signer_key
-from store.merkle_log import catch_up
-from store.receipts import Receipt
+from store.evidence.key_files import create_signer_key
+from store.evidence.merkle_log import catch_up
+from store.evidence.receipts import Receipt
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.crash.cluster import Cluster, answer, events, holder_pid, of_kind, submit, wait_for_state
 from tests.support.processes import wait_until
 
 SYSTEMS = 6
 KILL_AFTER = 3
-RECEIPTS_PY = Path(__file__).resolve().parents[2] / "store" / "receipts.py"
+RECEIPTS_PY = Path(__file__).resolve().parents[2] / "store" / "evidence" / "receipts.py"
 
 
 def _fetched(store: TaskApplication, task_id: UUID) -> int:

@@ -18,10 +18,10 @@ import pytest
 
 from domain.task import Task
 from longhaul.embedded import EmbeddedNats
-from projections.stream_response import event_stream_response
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import task_deliveries
+from store.deliveries.records import task_deliveries
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.public_form.stream_frames import event_stream_response
 from tests.crash.cluster import Cluster
 from tests.support.processes import LonghaulProcess, wait_until
 from tests.support.webhooks import Receiver, finished_task

@@ -16,7 +16,7 @@ import signal
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import (
     Cluster,
     epoch_of,

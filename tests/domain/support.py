@@ -21,7 +21,7 @@ from typing_extensions import override
 
 from domain.errors import DomainError
 from domain.task import JSON, Task
-from store.transcodings import register_domain_transcodings
+from store.log.transcodings import register_domain_transcodings
 
 Command = Callable[[Task, datetime], object]
 

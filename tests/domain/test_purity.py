@@ -138,7 +138,7 @@ def test_a_domain_module_is_pure(module: Path) -> None:
         "import nats.js",
         "from httpx import AsyncClient",
         "from eventsourcing.domain import datetime_now_with_tzinfo",
-        "from store.application import TaskApplication",
+        "from store.log.application import TaskApplication",
         "x = open('f').read()",
     ],
 )

@@ -29,10 +29,10 @@ from psycopg import sql
 
 from api.sse import SseEvent
 from longhaul.settings import Settings
-from store.application import TaskApplication
-from store.merkle_log import catch_up
-from store.secret_parts import REDACTED_PART, SECRET_EXTENSION
-from store.signed_notes import SignerKey
+from store.evidence.merkle_log import catch_up
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.secrets.secret_parts import REDACTED_PART, SECRET_EXTENSION
 from tests.api.streams_support import A2A_HEADERS, open_stream, results, state_of
 from tests.crash.cluster import STARTUP_TIMEOUT, Cluster, user_message
 from tests.support.jetstream import stream_messages

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from store.signed_notes import SignerKey
+from store.evidence.signed_notes import SignerKey
 from tests.support.processes import free_port, rpc, wait_for_http, wait_until
 from tests.support.webhooks import Receiver
 

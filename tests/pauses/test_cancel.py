@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, events, kind, rpc, submit, wait_for_state
 from tests.support.processes import wait_until
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, answer, events, kind, of_kind, submit, wait_for_state
 
 MAX_PAUSE = timedelta(hours=1)

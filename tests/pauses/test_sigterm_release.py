@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.crash.cluster import Cluster, events, holder_pid, kind, of_kind, submit, timestamp, wait_for_state
 from tests.support.processes import wait_until
 

@@ -16,10 +16,16 @@ import pytest
 from hypothesis import given as hypothesis_given
 from hypothesis import strategies as st
 
-from projections.event_json import dumps, event_message, reference_message
-from projections.event_message import EVENT_MESSAGE, MESSAGE_MODELS, event_classes, json_schema, schema_text
-from projections.subjects import NatsNames
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.event_json import dumps, event_message, reference_message
+from store.public_form.message_schema import (
+    EVENT_MESSAGE,
+    MESSAGE_MODELS,
+    event_classes,
+    json_schema,
+    schema_text,
+)
+from store.public_form.subjects import NatsNames
 from tests.domain.support import (
     T0,
     Command,
@@ -77,7 +83,7 @@ def _messages() -> list[dict[str, Any]]:
 def test_the_committed_schema_is_the_one_the_code_generates() -> None:
     assert SCHEMA_FILE.read_text() == schema_text(), (
         "docs/events.schema.json differs from the models: "
-        "uv run python -m projections.event_message > docs/events.schema.json"
+        "uv run python -m store.public_form.message_schema > docs/events.schema.json"
     )
 
 

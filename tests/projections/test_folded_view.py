@@ -23,7 +23,7 @@ from projections.log_follower import Followed
 from projections.projector import Projector
 from projections.retention_index import open_index
 from projections.task_view import open_view
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.api.support import Advance, FakeClock
 from tests.projections.test_task_view import some_tasks
 

@@ -14,9 +14,9 @@ from eventsourcing.persistence import Notification, OperationalError
 
 from projections.log_follower import LogFollower
 from projections.shared_log import POLL_S
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 
 WAIT_S = 5.0
@@ -127,7 +127,7 @@ async def test_a_wake_up_for_events_already_taken_does_not_end_a_gather(
 ) -> None:
     """The reader wakes the consumer's loop for the first event it buffers; if the consumer took
     that event before its loop ran the wake-up, the wake-up comes during the gather, for nothing.
-    The gather still lasts its time (it ended at once, session 34: a flaky sequencer test)."""
+    The gather still lasts its time (a stale wake-up once ended it at once)."""
     store = postgres_store
     with LogFollower(store, after=0, limit=10) as follower:
         assert await follower.next_notifications(0.05) == []  # the consumer's loop is known

@@ -15,8 +15,8 @@ import pytest
 
 from domain.task import Task
 from projections.retention_index import RetentionIndexRecorder, open_index
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, FakeClock
 from tests.projections.test_task_view import WAIT_S, log_position, some_tasks
 from tests.support.projector import projector_running

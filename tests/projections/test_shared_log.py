@@ -20,9 +20,9 @@ from eventsourcing.persistence import OperationalError
 
 from projections.log_follower import LogFollower
 from projections.shared_log import SharedLog
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 
 WAIT_S = 10.0
@@ -135,7 +135,7 @@ async def test_live_events_wake_the_consumer_and_not_the_followers_reading_threa
     """Once it takes live events, a follower's reading thread sleeps until it is let go or stops.
 
     Woken by every arrival and every take, it cost each follower a thread switch and a GIL
-    hand-over per event for nothing (docs/benchmarks.md §11, session 30).
+    hand-over per event for nothing (ADR 0057).
     """
     store = postgres_store
     shared = SharedLog(store.recorder)

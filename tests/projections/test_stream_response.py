@@ -10,9 +10,9 @@ from eventsourcing.domain import Aggregate
 
 from api import wire
 from domain.task import Task
-from projections.event_json import dumps, event_message
-from projections.stream_response import event_stream_response, stream_response
-from projections.task_wire import task_to_wire
+from store.public_form.event_json import dumps, event_message
+from store.public_form.stream_frames import event_stream_response, stream_response
+from store.public_form.task_wire import task_to_wire
 from tests.support.tasks import new_task
 
 T0 = datetime(2026, 3, 1, 9, 30, 0, 123456, tzinfo=UTC)

@@ -27,8 +27,8 @@ from projections.task_view import (
     TaskViewRow,
     open_view,
 )
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.api.support import Advance, FakeClock, make_registry, user_message
 from tests.support.projector import projector_running
 

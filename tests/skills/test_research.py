@@ -16,7 +16,7 @@ import pytest
 from domain.states import TaskState
 from domain.task import Pause, Task
 from longhaul.testing import SkillKit, artifact_text, message_text
-from store.task_keys import SecretUnreadableError
+from store.secrets.task_keys import SecretUnreadableError
 from workers.skills.research import QUESTION, RESEARCH, mask
 
 API_KEY = "sk-live-0123456789abcdef"

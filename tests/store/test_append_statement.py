@@ -19,11 +19,11 @@ import pytest
 from psycopg import sql
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.errors import ConflictError
-from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
-from store.task_keys import TaskKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.errors import ConflictError
+from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
+from store.secrets.task_keys import TaskKey
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)

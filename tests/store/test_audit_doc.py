@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from uuid import UUID
 
-from store.checkpoints import Checkpoint, longhaul_origin
-from store.merkle import (
+from store.evidence.checkpoints import Checkpoint, longhaul_origin
+from store.evidence.merkle import (
     InMemorySubtreeHashes,
     MerkleTree,
     consistency_proof,
@@ -25,8 +25,8 @@ from store.merkle import (
     root_at,
     verify_consistency,
 )
-from store.receipts import Receipt, verify_receipt
-from store.signed_notes import SignerKey, sign_note
+from store.evidence.receipts import Receipt, verify_receipt
+from store.evidence.signed_notes import SignerKey, sign_note
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "audit.md"
 ORIGIN = longhaul_origin("demo.example")

@@ -1,7 +1,8 @@
 """The auditor's modules import the standard library and ``cryptography`` only, never longhaul.
 
-An auditor copies ``store/merkle.py``, ``store/signed_notes.py``, ``store/checkpoints.py`` or
-``store/receipts.py`` out of the repository and checks longhaul's proofs with them; an import of
+An auditor copies ``store/evidence/merkle.py``, ``store/evidence/signed_notes.py``,
+``store/evidence/checkpoints.py`` or
+``store/evidence/receipts.py`` out of the repository and checks longhaul's proofs with them; an import of
 any other package (longhaul's own above all) would break that. Parsed, not imported, so an import
 inside a function or behind ``TYPE_CHECKING`` counts too.
 """
@@ -15,7 +16,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-AUDITOR_MODULES = ("store/merkle.py", "store/signed_notes.py", "store/checkpoints.py", "store/receipts.py")
+AUDITOR_MODULES = (
+    "store/evidence/merkle.py",
+    "store/evidence/signed_notes.py",
+    "store/evidence/checkpoints.py",
+    "store/evidence/receipts.py",
+)
 ALLOWED = frozenset(sys.stdlib_module_names) | {"__future__", "cryptography"}
 
 
@@ -36,5 +42,5 @@ def test_an_auditor_module_imports_only_the_standard_library_and_cryptography(pa
 
 
 def test_the_check_sees_longhaul_and_relative_imports() -> None:
-    source = "import store.merkle\nfrom . import x\ndef f():\n    from domain.task import Task\n"
+    source = "import store.evidence.merkle\nfrom . import x\ndef f():\n    from domain.task import Task\n"
     assert imported_roots(source) - ALLOWED == {"store", ".", "domain"}

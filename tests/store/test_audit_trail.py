@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from domain.task import Task
-from projections.task_state import task_state_json
-from projections.task_wire import task_to_wire
-from store.application import CANCEL_REASON, TaskApplication
-from store.audit_trail import Actor, actor_of, audit_events, effects_of, replay, summary_of
-from store.errors import NoSuchVersionError
+from store.evidence.audit_trail import Actor, actor_of, audit_events, effects_of, replay, summary_of
+from store.log.application import CANCEL_REASON, TaskApplication
+from store.log.errors import NoSuchVersionError
+from store.public_form.task_state import task_state_json
+from store.public_form.task_wire import task_to_wire
 from tests.support.audited_task import (
     CLIENT_KEY,
     OTHER_KEY,

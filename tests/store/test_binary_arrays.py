@@ -1,4 +1,4 @@
-"""``store.binary_arrays``: what PostgreSQL reads from each array is what psycopg's own lists give.
+"""``store.log.binary_arrays``: what PostgreSQL reads from each array is what psycopg's own lists give.
 
 Every array type the hot statements use, for any values (Hypothesis: empty lists, NULLs, the
 integer types' limits, any text, any bytes, any time zone), is sent once as a ``BinaryArray`` and
@@ -20,7 +20,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.binary_arrays import BinaryArray, bools, byteas, int2s, int4s, int8s, texts, timestamptzs, uuids
+from store.log.binary_arrays import (
+    BinaryArray,
+    bools,
+    byteas,
+    int2s,
+    int4s,
+    int8s,
+    texts,
+    timestamptzs,
+    uuids,
+)
 
 EXAMPLES = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

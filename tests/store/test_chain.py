@@ -8,7 +8,15 @@ from uuid import UUID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.chain import GENESIS, ChainFault, ChainRow, FaultKind, chain_hash, check_task, verify_chains
+from store.evidence.chain import (
+    GENESIS,
+    ChainFault,
+    ChainRow,
+    FaultKind,
+    chain_hash,
+    check_task,
+    verify_chains,
+)
 
 TASK = UUID("12345678-1234-5678-1234-567812345678")
 TOPIC = "domain.task:Task.CheckpointSaved"

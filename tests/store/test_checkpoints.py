@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.checkpoints import Checkpoint, CheckpointError, longhaul_origin, parse_checkpoint
+from store.evidence.checkpoints import Checkpoint, CheckpointError, longhaul_origin, parse_checkpoint
 
 C2SP_BODY = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
 ROOT = base64.b64encode(bytes(range(32))).decode()

@@ -11,12 +11,12 @@ import pytest
 from psycopg import sql
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.chain import GENESIS, chain_hash, check_task
-from store.config import StoreConfig
-from store.errors import ConflictError
-from store.memory import MemoryRunQueueRecorder
-from store.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
+from store.evidence.chain import GENESIS, chain_hash, check_task
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.errors import ConflictError
+from store.log.memory import MemoryRunQueueRecorder
+from store.log.postgres import CHAIN_TABLE, PostgresRunQueueRecorder
 from tests.support.tasks import new_task
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -140,7 +140,7 @@ def test_events_an_older_release_left_unchained_are_chained_by_the_next_append(
     try:
         again = later.get(task.id)
         again.complete(epoch=1, now=START, message=None)
-        with caplog.at_level(logging.WARNING, logger="store.postgres"):
+        with caplog.at_level(logging.WARNING, logger="store.log.postgres"):
             later.save_tasks(again)
         assert "chained 3 events stored without a chain hash" in caplog.text
         assert str(task.id) in caplog.text

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from store.group_calls import GroupedCalls
+from store.log.group_calls import GroupedCalls
 
 
 async def test_callers_waiting_together_share_one_run_each_with_its_own_result() -> None:

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.chain import check_task
-from store.errors import ConflictError
-from store.memory import MemoryRunQueueRecorder
-from store.postgres import PostgresRunQueueRecorder
+from store.evidence.chain import check_task
+from store.log.application import TaskApplication
+from store.log.errors import ConflictError
+from store.log.memory import MemoryRunQueueRecorder
+from store.log.postgres import PostgresRunQueueRecorder
 from tests.store.test_append_statement import _traced
 from tests.support.tasks import new_task
 

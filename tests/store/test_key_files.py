@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from store.key_files import KeyFileError, create_signer_key, load_signer_key
-from store.signed_notes import open_note, sign_note
+from store.evidence.key_files import KeyFileError, create_signer_key, load_signer_key
+from store.evidence.signed_notes import open_note, sign_note
 
 
 def test_a_new_key_file_is_the_owners_alone_and_loads_back(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The pure log audit (``store/log_audit.py``): any log intact gives no fault; any one damage is named alone.
+"""The pure log audit (``store/evidence/log_audit.py``): an intact log gives no fault; one damage is named.
 
 Hypothesis draws the log (tasks with versions, interleaved in any order), where checkpoints were
 signed, the page size, and the damage; the tree, subtrees and checkpoints are built as the
@@ -15,11 +15,11 @@ from uuid import UUID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.checkpoints import Checkpoint
-from store.log_audit import InLog, LeafPass, LogFault, checkpoint_faults, consistency_faults
-from store.merkle import MerkleTree, Node, consistency_proof
-from store.merkle_log import Leaf, PurgedTask, StoredCheckpoint
-from store.signed_notes import SignerKey, sign_note
+from store.evidence.checkpoints import Checkpoint
+from store.evidence.log_audit import InLog, LeafPass, LogFault, checkpoint_faults, consistency_faults
+from store.evidence.merkle import MerkleTree, Node, consistency_proof
+from store.evidence.merkle_log import Leaf, PurgedTask, StoredCheckpoint
+from store.evidence.signed_notes import SignerKey, sign_note
 
 SIGNER = SignerKey.generate("longhaul/test")
 WHEN = datetime(2026, 5, 1, tzinfo=UTC)
@@ -33,7 +33,7 @@ class Log:
     checkpoints: list[StoredCheckpoint]
 
     def subtree_hashes(self, nodes: Sequence[Node]) -> list[bytes]:
-        """The stored subtrees (``store.merkle.SubtreeHashes``), for the consistency proofs."""
+        """The stored subtrees (``store.evidence.merkle.SubtreeHashes``), for the consistency proofs."""
         return [self.nodes[node] for node in nodes]
 
 

@@ -20,10 +20,10 @@ from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcom
 from domain.states import TaskState
 from projections.projector import Projector
 from projections.task_view import TaskViewRecorder
-from store.application import APP_NAME, TaskApplication
-from store.config import StoreConfig, postgres_env
-from store.postgres import PostgresRunQueueRecorder
-from store.retry import retry_lost_connection
+from store.log.application import APP_NAME, TaskApplication
+from store.log.config import StoreConfig, postgres_env
+from store.log.postgres import PostgresRunQueueRecorder
+from store.log.retry import retry_lost_connection
 from tests.support.tasks import new_task
 from workers.task_runner import RunPolicy
 from workers.worker import Worker, WorkerConfig

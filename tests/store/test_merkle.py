@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.merkle import (
+from store.evidence.merkle import (
     EMPTY_ROOT,
     InMemorySubtreeHashes,
     MerkleTree,

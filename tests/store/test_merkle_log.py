@@ -8,9 +8,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.merkle import (
+from store.evidence.merkle import (
     EMPTY_ROOT,
     MerkleTree,
     event_leaf,
@@ -19,9 +17,11 @@ from store.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from store.merkle_log import MerkleLog, catch_up
-from store.receipts import verify_receipt
-from store.signed_notes import SignerKey
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.receipts import verify_receipt
+from store.evidence.signed_notes import SignerKey
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.support.tasks import new_task
 
 START = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)

@@ -15,14 +15,14 @@ import pytest
 from psycopg import sql
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
-from store import migrations
-from store.application import TaskApplication
-from store.chain import GENESIS, chain_hash, check_task
-from store.config import StoreConfig
-from store.locks import advisory_lock, ddl_lock_name
-from store.migrations import VERSION_TABLE, SchemaTooNewError
-from store.postgres import PostgresRunQueueRecorder
-from store.run_queue import RunQueueRow
+from store.evidence.chain import GENESIS, chain_hash, check_task
+from store.log import migrations
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.locks import advisory_lock, ddl_lock_name
+from store.log.migrations import VERSION_TABLE, SchemaTooNewError
+from store.log.postgres import PostgresRunQueueRecorder
+from store.log.run_queue import RunQueueRow
 from tests.support.tasks import new_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -214,7 +214,7 @@ def test_a_schema_from_before_migrations_is_adopted_with_its_data(schema_v0: Sto
             sql.SQL("SELECT * FROM {}.longhaul_relay_position").format(sql.Identifier(schema_v0.schema)),
         )
         assert position == [("S", 34)]
-        # The events stored before chains were chained by 0006's SQL as store/chain.py chains them.
+        # The events stored before chains were chained by 0006's SQL as store/evidence/chain.py chains them.
         recorder = store.recorder
         assert isinstance(recorder, PostgresRunQueueRecorder)
         histories = dict(recorder.chained_histories())

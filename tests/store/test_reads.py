@@ -1,4 +1,4 @@
-"""Reads keep their connection's prepared statements (``store.reads``).
+"""Reads keep their connection's prepared statements (``store.log.reads``).
 
 psycopg forgets every statement a connection prepared when a transaction rolls back, and sends
 ``DEALLOCATE ALL``: a read that ended with ROLLBACK paid one round trip more and planned its
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from eventsourcing.postgres import PostgresApplicationRecorder
 
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.postgres import PostgresRunQueueRecorder
-from store.reads import read_transaction
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.postgres import PostgresRunQueueRecorder
+from store.log.reads import read_transaction
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)

@@ -24,14 +24,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.receipts
-from store.checkpoints import Checkpoint, longhaul_origin
-from store.merkle import InMemorySubtreeHashes, MerkleTree, event_leaf, hash_leaf, inclusion_proof
-from store.receipts import FORMAT, Receipt, ReceiptError, verify_receipt
-from store.signed_notes import SignerKey, sign_note
+import store.evidence.receipts
+from store.evidence.checkpoints import Checkpoint, longhaul_origin
+from store.evidence.merkle import InMemorySubtreeHashes, MerkleTree, event_leaf, hash_leaf, inclusion_proof
+from store.evidence.receipts import FORMAT, Receipt, ReceiptError, verify_receipt
+from store.evidence.signed_notes import SignerKey, sign_note
 
 ROOT = Path(__file__).resolve().parents[2]
-RECEIPTS = ROOT / "store" / "receipts.py"
+RECEIPTS = ROOT / "store" / "evidence" / "receipts.py"
 ORIGIN = longhaul_origin("test.example")
 KEY = SignerKey(ORIGIN, hashlib.sha256(b"tests/store/test_receipts.py").digest())
 
@@ -137,7 +137,7 @@ class TestVerifying:
         assert not verify_receipt(signed_by_new, VKEY).valid  # the old key alone does not
 
     def test_a_bad_verifier_key_is_the_callers_error(self) -> None:
-        with pytest.raises(store.receipts.NoteError, match="key name"):
+        with pytest.raises(store.evidence.receipts.NoteError, match="key name"):
             verify_receipt(RECEIPT, "not a key")
 
 
@@ -226,18 +226,20 @@ def test_the_definitions_receipts_shares_are_exact_copies() -> None:
     receipts = _definitions(RECEIPTS)
     shared = []
     for source in ("merkle.py", "signed_notes.py", "checkpoints.py"):
-        for name, dump in _definitions(ROOT / "store" / source).items():
+        for name, dump in _definitions(ROOT / "store" / "evidence" / source).items():
             if name in receipts:
                 shared.append(name)
                 assert receipts[name] == dump, (
-                    f"store/receipts.py's {name} differs from store/{source}'s: copy it"
+                    f"store/evidence/receipts.py's {name} differs from store/evidence/{source}'s: copy it"
                 )
     assert {"root_from_inclusion_proof", "VerifierKey", "open_note", "parse_checkpoint"} <= set(shared)
 
 
 def test_the_copies_are_all_receipts_needs_and_it_needs_no_import_of_them() -> None:
-    assert not {"store.merkle", "store.signed_notes", "store.checkpoints"} & set(vars(store.receipts))
-    assert store.receipts.hash_leaf is not hash_leaf  # its own copy
+    assert not {"store.evidence.merkle", "store.evidence.signed_notes", "store.evidence.checkpoints"} & set(
+        vars(store.evidence.receipts)
+    )
+    assert store.evidence.receipts.hash_leaf is not hash_leaf  # its own copy
 
 
 # ---------------------------------------------------------------------------------------- standalone

@@ -20,11 +20,11 @@ import pytest
 
 from domain.states import TaskState
 from domain.task import Task
-from store.application import SNAPSHOT_INTERVAL, TaskApplication
-from store.config import MemoryConfig
-from store.errors import ConflictError, TaskNotFoundError
-from store.postgres import PostgresRunQueueRecorder
-from store.run_queue import RunQueueRow
+from store.log.application import SNAPSHOT_INTERVAL, TaskApplication
+from store.log.config import MemoryConfig
+from store.log.errors import ConflictError, TaskNotFoundError
+from store.log.postgres import PostgresRunQueueRecorder
+from store.log.run_queue import RunQueueRow
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)

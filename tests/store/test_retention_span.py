@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.retention import RetentionPolicy, span
+from store.log.retention import RetentionPolicy, span
 
 
 @pytest.mark.parametrize(

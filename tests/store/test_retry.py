@@ -14,10 +14,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.errors import LeaseLostError, TaskTerminalError
+from domain.skill import Complete, Continue
+from domain.states import TaskState
 from domain.task import Task
-from store.application import TaskApplication
-from store.errors import ConflictError, RetriesExhaustedError
-from store.retry import CONFLICT_RETRY, RetryPolicy, run_with_retries, run_with_retries_async, webhook_retry
+from store.log.application import TaskApplication
+from store.log.errors import ConflictError, RetriesExhaustedError
+from store.log.retry import (
+    CONFLICT_RETRY,
+    RetryPolicy,
+    run_with_retries,
+    run_with_retries_async,
+    webhook_retry,
+)
 from tests.support.tasks import new_task
 from workers.committer import Committer
 from workers.lease import LeasedTask
@@ -256,6 +264,55 @@ async def test_a_lost_lease_after_a_reload_stops_at_once(store: TaskApplication)
 
     assert saves == 1  # reloaded once, refused by the fence, never saved again
     assert _event_names(store, task.id) == ["Submitted", "LeaseGranted", "Canceled"]
+
+
+async def test_a_steps_outcome_is_committed_as_one_use_case_through_the_retry(store: TaskApplication) -> None:
+    task, epoch = _leased(store)
+    saves = 0
+
+    async def save(copy: Task) -> None:
+        nonlocal saves
+        saves += 1
+        if saves == 1:  # a rival appends first: the outcome is applied again to the reloaded task
+            await asyncio.to_thread(_rival_sets_push_config, store, task.id, "rival")
+        await asyncio.to_thread(store.save_tasks, copy)
+
+    saved = await store.commit_step(
+        task,
+        epoch=epoch,
+        step=0,
+        outcome=Complete(message="done"),
+        steps_total=2,
+        max_pause=timedelta(hours=1),
+        lease_seconds=60,
+        clock=lambda: datetime.now(UTC),
+        save=save,
+    )
+
+    assert saves == 2
+    assert saved.state == TaskState.COMPLETED
+    assert _event_names(store, task.id)[-3:] == ["PushConfigSet", "StepCompleted", "Completed"]
+
+
+async def test_a_steps_outcome_under_a_superseded_epoch_is_refused(store: TaskApplication) -> None:
+    task, epoch = _leased(store)
+
+    async def save(copy: Task) -> None:
+        await asyncio.to_thread(store.save_tasks, copy)
+
+    with pytest.raises(LeaseLostError):
+        await store.commit_step(
+            task,
+            epoch=epoch + 1,
+            step=0,
+            outcome=Continue(checkpoint={}),
+            steps_total=2,
+            max_pause=timedelta(hours=1),
+            lease_seconds=60,
+            clock=lambda: datetime.now(UTC),
+            save=save,
+        )
+    assert _event_names(store, task.id) == ["Submitted", "LeaseGranted"]
 
 
 async def test_a_lost_lease_is_never_retried_nor_loaded() -> None:

@@ -1,6 +1,6 @@
 """Sealing secret parts: AES-256-GCM round trips, and every alteration of a sealed value is refused.
 
-Pure: no store (``store.task_keys`` and ``store.secret_parts`` on values).
+Pure: no store (``store.secrets.task_keys`` and ``store.secrets.secret_parts`` on values).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.messages import params_of
-from store.secret_parts import (
+from store.log.parameters import params_of
+from store.secrets.secret_parts import (
     REDACTED_PART,
     SECRET_EXTENSION,
     holds_sealed,
@@ -26,7 +26,7 @@ from store.secret_parts import (
     reveal_message,
     seal_message,
 )
-from store.task_keys import SecretUnreadableError, TaskKey, seal, unseal
+from store.secrets.task_keys import SecretUnreadableError, TaskKey, seal, unseal
 
 TASK = UUID("0b9e3c1c-33c5-4a0e-9d2a-6f1c7a6b2e11")
 KEY = TaskKey.new(TASK, "acme")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.signed_notes import (
+from store.evidence.signed_notes import (
     MAX_SIGNATURES,
     NoteError,
     SignerKey,

@@ -1,4 +1,4 @@
-"""The planner's statistics kept when autovacuum is off (``store.statistics``, ADR 0047)."""
+"""The planner's statistics kept when autovacuum is off (``store.log.statistics``, ADR 0047)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from store.application import TaskApplication
-from store.config import MemoryConfig, StoreConfig
-from store.statistics import TableStatistics
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig, StoreConfig
+from store.log.statistics import TableStatistics
 from tests.support.tasks import new_task
 from workers.sweeper import Sweeper
 

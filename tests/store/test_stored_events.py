@@ -21,7 +21,7 @@ from eventsourcing.persistence import StoredEvent
 
 from domain.states import TaskState
 from domain.task import Pause, Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "stored_events_v0.json").read_text())
 EXPECTED: dict[str, dict[str, Any]] = FIXTURE["expected"]

@@ -1,6 +1,6 @@
 """Each task's key on both recorders: made with the first secret, destroyed with the task's end, erased.
 
-The application seals a client's secret parts (``store.secret_parts``) before it stores them; the
+The application seals a client's secret parts (``store.secrets.secret_parts``) before it stores them; the
 key row is written by the same append as the event that carries the first ciphertext, and
 deleted by the append that ends the task, on PostgreSQL and in memory alike.
 """
@@ -17,12 +17,12 @@ import pytest
 from domain.skill import Skill, StepContext, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
-from projections.event_json import dumps, event_message
-from projections.task_wire import task_to_wire
-from store.application import TaskApplication
-from store.errors import ConflictError
-from store.secret_parts import REDACTED_PART, SECRET_EXTENSION, holds_sealed
-from store.task_keys import SecretUnreadableError, TaskKey
+from store.log.application import TaskApplication
+from store.log.errors import ConflictError
+from store.public_form.event_json import dumps, event_message
+from store.public_form.task_wire import task_to_wire
+from store.secrets.secret_parts import REDACTED_PART, SECRET_EXTENSION, holds_sealed
+from store.secrets.task_keys import SecretUnreadableError, TaskKey
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 API_KEY = "sk-live-key-that-must-never-show-0123"

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import MemoryConfig
-from store.merkle_log import MerkleLog, catch_up
-from store.signed_notes import SignerKey
-from store.task_verification import Status, verify_task
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.signed_notes import SignerKey
+from store.evidence.task_verification import Status, verify_task
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
 from tests.support.tampering import alter_event, flip_byte, rechain
 from tests.support.tasks import new_task
 

@@ -9,7 +9,7 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 
 from domain.task import Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.support.tasks import new_task
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from domain.skill import Complete, Skill, StepContext, StepOutcome
 from domain.task import Task
-from store.application import SNAPSHOT_INTERVAL, TaskApplication
+from store.log.application import SNAPSHOT_INTERVAL, TaskApplication
 
 JSON = dict[str, Any]
 

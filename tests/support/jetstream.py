@@ -14,7 +14,7 @@ from typing import Any
 import nats
 from nats.js.api import DeliverPolicy
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.support.processes import wait_until
 
 JSON = dict[str, Any]

@@ -9,8 +9,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from projections.projector import PROJECTIONS, Kept, run_projector
-from store.application import TaskApplication
-from store.config import StoreConfig
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 
 
 class RunningProjector:

@@ -12,9 +12,9 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
-from store.application import TaskApplication
-from store.chain import GENESIS, chain_hash, check_task
-from store.postgres import PostgresRunQueueRecorder
+from store.evidence.chain import GENESIS, chain_hash, check_task
+from store.log.application import TaskApplication
+from store.log.postgres import PostgresRunQueueRecorder
 
 
 def _recorder(store: TaskApplication) -> PostgresRunQueueRecorder:

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from domain.task import Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.support.tasks import new_task
 
 

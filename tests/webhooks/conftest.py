@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.retry import webhook_retry
+from store.log.application import TaskApplication
+from store.log.retry import webhook_retry
+from store.public_form.subjects import NatsNames
 from tests.support.webhooks import Receiver
 from workers.dispatcher import DispatchConfig, Dispatcher
 from workers.relay import Relay

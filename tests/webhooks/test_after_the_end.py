@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import task_deliveries
+from store.deliveries.records import task_deliveries
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 from tests.support.webhooks import Receiver, finished_task, plain_task
 from tests.webhooks.conftest import Run, eventually
 

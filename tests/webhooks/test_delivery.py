@@ -14,12 +14,12 @@ import pytest
 from psycopg import sql
 from standardwebhooks.webhooks import Webhook
 
-from projections.stream_response import event_stream_response
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import task_deliveries
-from store.retry import webhook_retry
+from store.deliveries.records import task_deliveries
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.retry import webhook_retry
+from store.public_form.stream_frames import event_stream_response
+from store.public_form.subjects import NatsNames
 from tests.support.tasks import new_task
 from tests.support.webhooks import Receiver, finished_task, plain_task
 from tests.webhooks.conftest import FAST, Run, eventually

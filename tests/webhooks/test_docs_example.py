@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.support.webhooks import finished_task
 from tests.webhooks.conftest import Run, eventually
 

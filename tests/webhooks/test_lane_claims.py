@@ -9,9 +9,9 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.deliveries import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
+from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery, task_deliveries
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -27,8 +27,8 @@ from api.wire import SendMessageRequest
 from domain.skill import Complete, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.states import TaskState
 from domain.task import Task
-from projections.task_wire import task_to_wire
-from store.application import TaskApplication
+from store.log.application import TaskApplication
+from store.public_form.task_wire import task_to_wire
 from tests.support.tasks import new_task
 from workers.metrics import WorkerMetrics
 from workers.task_runner import RunPolicy

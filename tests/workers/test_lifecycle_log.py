@@ -24,7 +24,7 @@ ASKING = Skill("asking", 1, [_ask, _finish])
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "store.application"]
+    return [r.getMessage() for r in caplog.records if r.name == "store.log.application"]
 
 
 async def test_every_lifecycle_step_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -49,7 +49,7 @@ async def test_every_lifecycle_step_is_one_line(caplog: pytest.LogCaptureFixture
     )
     assert lines[6] == f"task {task_id} finished: TASK_STATE_COMPLETED"
     assert len(lines) == 7
-    records = [r for r in caplog.records if r.name == "store.application"]
+    records = [r for r in caplog.records if r.name == "store.log.application"]
     assert all(r.task_id == str(task_id) for r in records)  # type: ignore[attr-defined]
     assert records[5].worker == "kit-worker-3"  # type: ignore[attr-defined]
     assert records[5].epoch == 3  # type: ignore[attr-defined]

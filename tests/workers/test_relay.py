@@ -17,12 +17,12 @@ from nats.js import JetStreamContext
 from psycopg import sql
 
 from domain.task import Task
-from projections.event_json import dumps, event_message
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.config import MemoryConfig, StoreConfig
-from store.locks import advisory_key
-from store.postgres import PostgresRunQueueRecorder
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig, StoreConfig
+from store.log.locks import advisory_key
+from store.log.postgres import PostgresRunQueueRecorder
+from store.public_form.event_json import dumps, event_message
+from store.public_form.subjects import NatsNames
 from tests.support.tasks import new_task
 from workers.relay import Relay, RelayUnavailableError, StreamLimits, ensure_stream, header_size
 

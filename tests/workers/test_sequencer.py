@@ -21,16 +21,16 @@ import pytest
 from nats.aio.client import Client
 from psycopg import sql
 
-from projections.subjects import NatsNames
-from store.application import TaskApplication
-from store.chain import GENESIS, chain_hash, task_uuid
-from store.checkpoints import Checkpoint, parse_checkpoint
-from store.config import MemoryConfig, StoreConfig
-from store.locks import advisory_key
-from store.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
-from store.merkle_log import MerkleLog, catch_up
-from store.postgres import PostgresRunQueueRecorder
-from store.signed_notes import SignerKey, open_note
+from store.evidence.chain import GENESIS, chain_hash, task_uuid
+from store.evidence.checkpoints import Checkpoint, parse_checkpoint
+from store.evidence.merkle import event_leaf, hash_leaf, tree_head, verify_consistency
+from store.evidence.merkle_log import MerkleLog, catch_up
+from store.evidence.signed_notes import SignerKey, open_note
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig, StoreConfig
+from store.log.locks import advisory_key
+from store.log.postgres import PostgresRunQueueRecorder
+from store.public_form.subjects import NatsNames
 from tests.support.processes import until
 from tests.support.tasks import new_task
 from workers.sequencer import GATHER_S, Sequencer, SequencerUnavailableError, checkpoint_headers

@@ -16,10 +16,10 @@ from uuid import UUID
 import pytest
 
 from domain.task import Task
-from store.application import TaskApplication
-from store.config import StoreConfig
-from store.errors import RetentionNotReachedError
-from store.retention import RetentionPolicy
+from store.log.application import TaskApplication
+from store.log.config import StoreConfig
+from store.log.errors import RetentionNotReachedError
+from store.log.retention import RetentionPolicy
 from tests.support.projector import projector_running
 from tests.support.tasks import new_task
 from workers import sweeper as sweeper_module

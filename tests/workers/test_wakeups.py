@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.skill import Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
-from store.application import TaskApplication
-from store.config import MemoryConfig
-from store.run_queue import RunQueue
+from store.log.application import TaskApplication
+from store.log.config import MemoryConfig
+from store.log.run_queue import RunQueue
 from tests.support.tasks import new_task
 from workers.task_runner import RunPolicy
 from workers.wakeup import Expectation, Wakeup, _Announcements

@@ -11,7 +11,7 @@ import pytest
 
 from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
-from store.application import TaskApplication
+from store.log.application import TaskApplication
 from tests.support.tasks import new_task
 from workers.metrics import WorkerMetrics
 from workers.task_runner import RunPolicy

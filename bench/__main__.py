@@ -1,0 +1,146 @@
+"""Every benchmark in one run: each figure beside its same-run baseline, the ratio, each target's line.
+
+    uv run python -m bench              # the full run: about 25 minutes on two cores
+    uv run python -m bench --quick      # a smoke run at small sizes (a few minutes): not a verdict
+    uv run python -m bench --parts a2a,sse --out /tmp/bench.json
+
+The parts, in order: ``steps`` (``bench.step_throughput``), ``a2a`` (``bench.a2a_compare``:
+the request path beside the a2a-sdk server, load at 128 clients), ``sse``
+(``bench.sse_latency``), ``webhook`` (``bench.webhook_latency``) and ``resume``
+(``bench.resume_after_kill``). They need the machine's PostgreSQL and NATS JetStream
+(``--database-url``, ``--nats-url``); each makes its own schema and stream and drops them.
+Each part starts once the machine is quiet (``bench.process_cpu.settle_machine``), so that what
+the part before left running does not run in its window. A part that fails is recorded as such
+and the others still run. The targets' table (``bench.targets``) is printed at the end and the
+whole run is written to one JSON file (default ``bench/results/bench.json``, not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import a2a_compare, resume_after_kill, sse_latency, step_throughput, webhook_latency
+from bench.common import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_NATS_URL,
+    REPO_ROOT,
+    Options,
+    loadavg,
+    machine_info,
+    table,
+    utc_now,
+)
+from bench.process_cpu import settle_machine
+from bench.targets import TARGETS, TIMES, Verdict, decide_all
+
+PARTS: dict[str, Callable[[Options], dict[str, Any]]] = {
+    "steps": step_throughput.run,
+    "a2a": a2a_compare.run,
+    "sse": sse_latency.run,
+    "webhook": webhook_latency.run,
+    "resume": resume_after_kill.run,
+}
+RESULTS = REPO_ROOT / "bench" / "results" / "bench.json"
+SETTLE_S = 60.0
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else ""
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not a verdict")
+    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
+    parser.add_argument("--nats-url", default=DEFAULT_NATS_URL)
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {','.join(PARTS)}")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the result file (JSON)")
+    args = parser.parse_args(argv)
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if unknown := sorted(set(args.parts) - set(PARTS)):
+        parser.error(f"unknown parts {unknown}; the parts are {','.join(PARTS)}")
+    return args
+
+
+def run_part(name: str, options: Options) -> dict[str, Any]:
+    """One part: its results (or its error), with the seconds and the load around it."""
+    record: dict[str, Any] = {
+        "settled_s": round(settle_machine(most_s=SETTLE_S), 1),
+        "loadavg_before": loadavg(),
+    }
+    print(f"\n[bench] {name}: started, load {record['loadavg_before']}", flush=True)
+    began = time.monotonic()
+    try:
+        record["results"] = PARTS[name](options)
+    except Exception as error:  # noqa: BLE001 - recorded: its targets' verdicts say so
+        traceback.print_exc()
+        record["error"] = f"{type(error).__name__}: {error}"[:500]
+    record["seconds"] = round(time.monotonic() - began, 1)
+    record["loadavg_after"] = loadavg()
+    print(
+        f"[bench] {name}: {'failed' if 'error' in record else 'done'} in {record['seconds']:.0f} s",
+        flush=True,
+    )
+    return record
+
+
+def ratio_text(verdict: Verdict) -> str:
+    return "" if verdict.ratio is None else f"{verdict.ratio:.2f}{TIMES}"
+
+
+def verdict_rows(verdicts: list[Verdict]) -> list[list[str]]:
+    return [
+        [
+            v.target.id,
+            "" if v.measured is None else v.measured.figure_text,
+            "" if v.measured is None else v.measured.baseline_text,
+            ratio_text(v),
+            v.target.rule.describe(),
+            v.text(),
+        ]
+        for v in verdicts
+    ]
+
+
+HEADERS = ["target", "longhaul", "same-run baseline", "ratio", "line", "verdict"]
+
+
+def markdown(verdicts: list[Verdict]) -> str:
+    """The targets' table as markdown, for docs/benchmarks.md."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|---|---|---|---:|---|---|"]
+    for row in verdict_rows(verdicts):
+        cells = [f"`{row[0]}`", *(cell.replace("|", "\\|") for cell in row[1:])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
+    options = Options(args.database_url, args.nats_url, args.quick)
+    info = machine_info(args.database_url)
+    began = time.monotonic()
+    parts = {name: run_part(name, options) for name in args.parts}
+    verdicts = decide_all(parts)
+    print(f"\n[bench] targets ({'quick sizes: not a verdict' if args.quick else 'full sizes'}):")
+    print(table(HEADERS, verdict_rows(verdicts)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "command": "python -m bench" + (" --quick" if args.quick else ""),
+        "quick": args.quick,
+        "machine": info,
+        "finished_at": utc_now().isoformat(timespec="seconds"),
+        "seconds": round(time.monotonic() - began, 1),
+        "targets": [v.as_dict() for v in verdicts],
+        "markdown": markdown(verdicts),
+        "parts": parts,
+    }
+    args.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"\nresults written to {args.out} ({len(TARGETS)} targets)")
+
+
+if __name__ == "__main__":
+    main()
