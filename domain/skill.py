@@ -11,9 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
+
+from domain.retry_policy import RetryPolicy
 
 JSON = dict[str, Any]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class StepContext(Protocol):
@@ -39,12 +44,33 @@ class StepContext(Protocol):
         """The latest message from the client (the first one, or the latest answer)."""
         ...
 
-    async def once(self, key: str, fn: Callable[[str], Awaitable[Any]]) -> Any:
+    async def once(
+        self,
+        key: str,
+        fn: Callable[[str], Awaitable[Any]],
+        *,
+        check: Callable[[str], Awaitable[Any]] | None = None,
+    ) -> Any:
         """Run a side effect at most once per task and ``key``.
 
         ``fn`` gets ``f"{task_id}:{key}"`` to pass downstream as an idempotency key. Its result
         (JSON) is recorded in the task's log before ``once`` returns; a resumed step gets the
         recorded result and ``fn`` is not called again.
+
+        With ``check``, the start of the call is recorded first. A run that finds the effect
+        started but not recorded (its worker died between the call and the record) calls
+        ``check(idempotency_key)`` instead: a result other than ``None`` is what the downstream
+        already did, and is recorded as the effect's result; ``None`` means it did nothing, and
+        ``fn`` is called.
+        """
+        ...
+
+    async def run_sync(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run blocking code (sync I/O, a long computation) in a thread, off the event loop.
+
+        A step that blocks the loop stops its worker's lease renewals and every other task of
+        that worker. The thread cannot be stopped from outside: a step timeout stops waiting
+        for it, and the thread runs on until its call returns.
         """
         ...
 
@@ -136,7 +162,69 @@ class Reject:
 
 StepOutcome = Continue | AskInput | AskAuth | Complete | Fail | Reject
 
-Step = Callable[[StepContext], Awaitable[StepOutcome]]
+StepFunction = Callable[[StepContext], Awaitable[StepOutcome]]
+
+
+@dataclass(frozen=True)
+class BoundedStep:
+    """A step with its own retry policy or timeout; made by ``step``.
+
+    Unset, each falls back to the skill's (``Skill.retry``, ``Skill.timeout``), then to the
+    service's (``LONGHAUL_STEP_MAX_ATTEMPTS``, ``LONGHAUL_STEP_TIMEOUT``).
+    """
+
+    fn: StepFunction
+    retry: RetryPolicy | None = None
+    timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        _check_timeout(self.timeout, f"step {step_name(self.fn)}")
+
+    async def __call__(self, context: StepContext) -> StepOutcome:
+        """Run the step."""
+        return await self.fn(context)
+
+
+Step = StepFunction | BoundedStep
+
+
+@overload
+def step(
+    fn: StepFunction, /, *, retry: RetryPolicy | None = None, timeout: timedelta | None = None
+) -> BoundedStep: ...
+
+
+@overload
+def step(
+    fn: None = None, /, *, retry: RetryPolicy | None = None, timeout: timedelta | None = None
+) -> Callable[[StepFunction], BoundedStep]: ...
+
+
+def step(
+    fn: StepFunction | None = None,
+    /,
+    *,
+    retry: RetryPolicy | None = None,
+    timeout: timedelta | None = None,
+) -> BoundedStep | Callable[[StepFunction], BoundedStep]:
+    """Give one step its own retry policy or timeout: ``step(fetch, timeout=timedelta(minutes=5))``.
+
+    Also a decorator: ``@step(retry=RetryPolicy(max_attempts=3, first_delay_s=1, max_delay_s=30))``.
+    """
+    if fn is None:
+        return lambda function: BoundedStep(function, retry, timeout)
+    return BoundedStep(fn, retry, timeout)
+
+
+def step_name(step: Step) -> str:
+    """The step function's name, as messages and logs name the step."""
+    function = step.fn if isinstance(step, BoundedStep) else step
+    return str(getattr(function, "__name__", type(function).__name__))
+
+
+def _check_timeout(timeout: timedelta | None, what: str) -> None:
+    if timeout is not None and timeout <= timedelta(0):
+        raise ValueError(f"{what}: a timeout must be positive")
 
 
 def never(first_message: JSON) -> bool:
@@ -152,6 +240,9 @@ class Skill:
     answers with a bare A2A ``Message`` (the message the task completes with) instead of the
     ``Task``. The task still runs and is logged like any other; only the answer differs. It must
     be a pure function of the message, so every gateway decides the same from the log.
+
+    ``retry`` and ``timeout`` bound every step of the skill that sets none of its own
+    (``step``); unset, the service's defaults apply.
     """
 
     name: str
@@ -160,6 +251,8 @@ class Skill:
     description: str = ""
     tags: Sequence[str] = ()
     answers_with_message: Callable[[JSON], bool] = never
+    retry: RetryPolicy | None = None
+    timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -168,6 +261,7 @@ class Skill:
             raise ValueError(f"skill {self.name}: versions start at 1")
         if not self.steps:
             raise ValueError(f"skill {self.name} v{self.version} has no steps")
+        _check_timeout(self.timeout, f"skill {self.name} v{self.version}")
 
 
 class UnknownSkillError(LookupError):

@@ -1,7 +1,8 @@
 """The Task aggregate: an A2A task rebuilt purely from its events.
 
 Command methods check the state machine, the lease fence and their arguments first, then
-trigger exactly one past-tense event. A refused command raises a ``DomainError`` and records
+trigger exactly one past-tense event (a claim that finds a lost worker's lease: two, the
+failed attempt and the grant). A refused command raises a ``DomainError`` and records
 nothing. Event ``apply`` methods only mutate state; they run again on every replay.
 
 Messages, parts and artifacts are kept as plain JSON objects in their A2A 1.0 wire shape, so an
@@ -47,6 +48,12 @@ OnDeadline = Literal["fail", "cancel"]
 
 ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("fail", "cancel")
 
+AttemptCause = Literal["error", "timeout", "lease_lost"]
+"""Why an attempt at a step ended without an outcome: the step raised, it ran past its timeout, or
+its lease ended while it ran (the worker died, froze, or blocked its event loop)."""
+
+ATTEMPT_CAUSES: tuple[AttemptCause, ...] = ("error", "timeout", "lease_lost")
+
 CanceledBy = Literal["client", "sweeper"]
 """Who canceled a task: a client (``CancelTask``), or the sweeper at a pause's deadline."""
 
@@ -72,10 +79,11 @@ class Task(Aggregate):
     """One A2A task: its state, lease, checkpoint, effect ledger, pause, artifacts and history.
 
     ``class_version`` is the version of the aggregate's state as snapshots store it: version 1
-    (the code up to e584b81) kept ``pause`` as a dict ``{"deadline": ..., "on_deadline": ...}``.
+    (the code up to e584b81) kept ``pause`` as a dict ``{"deadline": ..., "on_deadline": ...}``;
+    version 2 had no attempt counts and no started effects.
     """
 
-    class_version = 2
+    class_version = 3
 
     # ------------------------------------------------------------------ events
 
@@ -166,6 +174,7 @@ class Task(Aggregate):
             task.next_step = self.step + 1
             task.checkpoint = dict(self.checkpoint)
             task.lease_until = self.lease_until
+            task.failed_attempts = []
 
     class CheckpointSaved(Event):
         """A long step saved its checkpoint mid-step (a sub-step commit)."""
@@ -220,10 +229,35 @@ class Task(Aggregate):
         def apply(self, task: Task) -> None:
             task.next_step = self.resume_step
             task.checkpoint = dict(self.checkpoint)
+            task.failed_attempts = []
             task.pause = Pause(deadline=self.deadline, on_deadline=self.on_deadline)
             task.history.append(self.question)
             task._clear_lease()
             task._set_state(self.enters, self.question, self.timestamp)
+
+    class StepAttemptFailed(Event):
+        """An attempt at step ``step`` ended without an outcome; ``attempt`` counts them from 1.
+
+        ``cause`` is ``error`` (the step raised; ``detail`` is the error's type and message, its
+        secrets redacted) or ``timeout`` (it ran past its timeout), both recorded by the holder
+        ``worker`` under its lease ``epoch``; or ``lease_lost``, recorded by the next claim (in the
+        commit of its ``LeaseGranted``) when the lease of ``worker`` ended while the task was
+        working: that worker died, froze or blocked its event loop. A lease given back (a drain)
+        is no failed attempt. The count starts again when a step outcome is committed.
+        """
+
+        class_version = 1
+        epoch: int
+        worker: str
+        step: int
+        attempt: int
+        cause: AttemptCause
+        detail: str
+
+        @override
+        def apply(self, task: Task) -> None:
+            task.failed_attempts = [*task.failed_attempts, self.cause]
+            task.last_failure = self.detail
 
     class InputRequested(_PauseRequested):
         """The task asked a person for input (``TASK_STATE_INPUT_REQUIRED``)."""
@@ -272,6 +306,21 @@ class Task(Aggregate):
             else:
                 task.artifacts[artifact_id] = dict(self.artifact)
 
+    class EffectStarted(Event):
+        """A run-once side effect with a check (``once(key, fn, check=...)``) is about to be called.
+
+        A run that finds it started but not recorded (the worker died between the call and the
+        record) asks the check what the downstream did instead of calling again.
+        """
+
+        class_version = 1
+        epoch: int
+        key: str
+
+        @override
+        def apply(self, task: Task) -> None:
+            task.effects_started = [*task.effects_started, self.key]
+
     class EffectRecorded(Event):
         """A run-once side effect succeeded; its result is kept under its key."""
 
@@ -283,6 +332,7 @@ class Task(Aggregate):
         @override
         def apply(self, task: Task) -> None:
             task.effects[self.key] = self.result
+            task.effects_started = [key for key in task.effects_started if key != self.key]
 
     class PushConfigSet(Event):
         """A client registered (or replaced) a push notification config."""
@@ -411,6 +461,12 @@ class Task(Aggregate):
     pause: Pause | None
     push_configs: dict[str, JSON]
     expired: bool
+    failed_attempts: list[AttemptCause]
+    """The causes of the failed attempts at step ``next_step`` so far, oldest first."""
+    last_failure: str | None
+    """The ``detail`` of the last failed attempt (of any step)."""
+    effects_started: list[str]
+    """Keys of checked effects started and not recorded (``EffectStarted``)."""
 
     def __init__(
         self,
@@ -449,6 +505,9 @@ class Task(Aggregate):
         self.pause = None
         self.push_configs = {}
         self.expired = False
+        self.failed_attempts = []
+        self.last_failure = None
+        self.effects_started = []
 
     @staticmethod
     def upcast_v1_v2(state: JSON) -> None:
@@ -456,6 +515,13 @@ class Task(Aggregate):
         pause = state.get("pause")
         if pause is not None:
             state["pause"] = Pause(deadline=pause["deadline"], on_deadline=pause["on_deadline"])
+
+    @staticmethod
+    def upcast_v2_v3(state: JSON) -> None:
+        """Snapshot state of version 2 counted no failed attempts and no started effects."""
+        state["failed_attempts"] = []
+        state["last_failure"] = None
+        state["effects_started"] = []
 
     @classmethod
     def states_entered(cls) -> dict[str, TaskState]:
@@ -541,6 +607,21 @@ class Task(Aggregate):
         _check_after(until, now, "a lease end")
         if self.lease_valid_at(now):
             raise LeaseHeldError(f"task {self.id} is leased to {self.lease_owner} until {self.lease_until}")
+        if self.state == TaskState.WORKING and self.lease_owner is not None:
+            # A lease that ended unreleased while the task was working: its holder died or froze
+            # in the middle of the step, which counts as a failed attempt at it.
+            ended = self.lease_until.isoformat() if self.lease_until is not None else "?"
+            self._trigger(
+                self.StepAttemptFailed,
+                now,
+                epoch=self.lease_epoch,
+                worker=self.lease_owner,
+                step=self.next_step,
+                attempt=len(self.failed_attempts) + 1,
+                cause="lease_lost",
+                detail=f"the lease of {self.lease_owner} (epoch {self.lease_epoch}) ended at {ended}"
+                " with the step unfinished",
+            )
         epoch = self.lease_epoch + 1
         self._trigger(self.LeaseGranted, now, worker=worker, epoch=epoch, until=until)
         return epoch
@@ -639,6 +720,33 @@ class Task(Aggregate):
             append=append,
             last_chunk=last_chunk,
         )
+
+    def fail_attempt(self, *, epoch: int, now: datetime, step: int, cause: AttemptCause, detail: str) -> int:
+        """The holder's attempt at step ``step`` raised or timed out; returns the attempt's number."""
+        self.check_lease(epoch, now)
+        self._check_step(step)
+        if cause not in ("error", "timeout"):
+            raise InvalidCommandError(f"a holder records an error or a timeout, not {cause!r}")
+        attempt = len(self.failed_attempts) + 1
+        self._trigger(
+            self.StepAttemptFailed,
+            now,
+            epoch=epoch,
+            worker=self.lease_owner,
+            step=step,
+            attempt=attempt,
+            cause=cause,
+            detail=detail,
+        )
+        return attempt
+
+    def start_effect(self, *, epoch: int, now: datetime, key: str) -> None:
+        """Say that the checked side effect ``key`` is about to be called (once per key)."""
+        self.check_lease(epoch, now)
+        if key in self.effects:
+            raise EffectAlreadyRecordedError(f"effect {key!r} of task {self.id} is already recorded")
+        if key not in self.effects_started:
+            self._trigger(self.EffectStarted, now, epoch=epoch, key=key)
 
     def record_effect(self, *, epoch: int, now: datetime, key: str, result: Any) -> None:
         """Record the result of a run-once side effect under ``key``."""

@@ -75,6 +75,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             "iam_url",
             "skill_modules",
             "max_pause",
+            "step_max_attempts",
+            "step_timeout",
         ),
     ),
     "sweeper": (

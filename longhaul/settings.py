@@ -66,6 +66,22 @@ class Settings(BaseSettings):
     max_pause: timedelta = Field(
         default=timedelta(days=7), description="Deadline of a pause that names none."
     )
+    step_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description=(
+            "Attempts at a step (raised, timed out, or its worker lost) before its task fails, unless"
+            " its skill or the step sets its own."
+        ),
+    )
+    step_timeout: timedelta = Field(
+        default=timedelta(hours=1),
+        description=(
+            "How long a step may run without a commit before it is cancelled (a failed attempt),"
+            " unless its skill or the step sets its own."
+        ),
+    )
     skill_modules: list[str] = Field(
         default_factory=list, description="Import paths of extra modules that define SKILLS (JSON list)."
     )
@@ -254,7 +270,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"tenant {tenant!r}: {error}") from None
         return value
 
-    @field_validator("max_pause", "retention", "nats_max_age", "webhook_retry_for", mode="before")
+    @field_validator(
+        "max_pause", "step_timeout", "retention", "nats_max_age", "webhook_retry_for", mode="before"
+    )
     @classmethod
     def _seconds_as_number(cls, value: object) -> object:
         """Accept a bare number of seconds (``3600``) besides ISO 8601 (``P7D``, ``PT1H``)."""
@@ -265,7 +283,7 @@ class Settings(BaseSettings):
                 return value
         return value
 
-    @field_validator("max_pause", "retention", "nats_max_age", "webhook_retry_for")
+    @field_validator("max_pause", "step_timeout", "retention", "nats_max_age", "webhook_retry_for")
     @classmethod
     def _check_positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

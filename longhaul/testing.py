@@ -10,7 +10,11 @@ PostgreSQL. A test can:
 - ``advance`` the clock (by days, if it likes) and ``sweep`` (pauses past their deadline end);
 - crash the worker at a chosen commit (``run(..., crash_after_commit=n)`` saves the n-th commit
   and then the process dies; ``crash_before_commit=n`` dies instead of saving it) and ``run``
-  again: a new worker claims the task once the dead one's lease has passed, as after a SIGKILL;
+  again: a new worker claims the task once the dead one's lease has passed, as after a SIGKILL,
+  and that counts as a failed attempt at the step;
+- let time skip while a step hangs (``run(..., skip_time=True)``): the clock jumps to whatever is
+  due next (a lease renewal, the step's timeout), so a step that never returns times out at once;
+  a failing step's pause before its next attempt is always skipped;
 - inspect the ``events``, each ``commits`` group, the recorded ``effects`` and ``step_errors``.
 
 Example::
@@ -34,12 +38,13 @@ from typing import Any, TypeVar, overload
 from uuid import UUID, uuid4
 
 from domain.messages import user_message
-from domain.skill import JSON, Skill, SkillRegistry, Step, StepContext, StepOutcome
+from domain.retry_policy import RetryPolicy
+from domain.skill import JSON, BoundedStep, Skill, SkillRegistry, Step, StepContext, StepFunction, StepOutcome
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
 from store.log import MemoryConfig, TaskApplication
 from workers.sweeper import Sweeper
-from workers.task_runner import RunPolicy
+from workers.task_runner import DEFAULT_STEP_TIMEOUT, RunPolicy
 from workers.worker import Worker, WorkerConfig
 
 __all__ = [
@@ -91,6 +96,37 @@ class MovableClock:
         self.now += delta
 
 
+class KitPacing:
+    """The runner's waits on the kit's clock: the clock jumps instead of the test waiting.
+
+    A pause between attempts always jumps. A wait for a running step jumps only while
+    ``skip_time`` is on, after ``idle_s`` real seconds in which the step did not end.
+    """
+
+    def __init__(self, clock: MovableClock, idle_s: float = 0.005) -> None:
+        self.clock = clock
+        self.skip_time = False
+        self.idle_s = idle_s
+
+    def now(self) -> datetime:
+        """The kit's time."""
+        return self.clock.now
+
+    async def sleep_until(self, moment: datetime) -> None:
+        """Move the clock to ``moment``."""
+        self.clock.now = max(self.clock.now, moment)
+        await asyncio.sleep(0)
+
+    async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
+        """Wait for ``future``; with ``skip_time``, jump to ``until`` once it idled ``idle_s``."""
+        if not self.skip_time:
+            await asyncio.wait({future}, timeout=max(0.0, (until - self.clock.now).total_seconds()))
+            return
+        await asyncio.wait({future}, timeout=self.idle_s)
+        if not future.done():
+            self.clock.now = max(self.clock.now, until)
+
+
 @dataclasses.dataclass
 class _CrashPlan:
     after: int | None = None
@@ -132,8 +168,16 @@ class _KitApplication(TaskApplication):
 
 
 def _is_step_commit(task: Task) -> bool:
-    """Whether ``task``'s pending events are a step's write, not only a lease's."""
-    return any(not isinstance(e, LEASE_EVENTS) for e in task.pending_events)
+    """Whether ``task``'s pending events are a step's write, not a lease's (a claim's included)."""
+    return not _lease_only([type(e).__name__ for e in task.pending_events])
+
+
+def _lease_only(names: list[str]) -> bool:
+    """Whether a commit of events ``names`` is a lease's: a claim, a renewal or a release.
+
+    A claim may record a lost worker's attempt with it (``StepAttemptFailed``).
+    """
+    return "LeaseGranted" in names or set(names) <= _LEASE_NAMES
 
 
 class SkillKit:
@@ -144,7 +188,10 @@ class SkillKit:
         start: Where the clock starts.
         lease_seconds: The workers' lease length (in kit time, which only ``advance`` moves).
         max_pause: The deadline of a pause that names none (``LONGHAUL_MAX_PAUSE``).
-        max_step_attempts: How often a raising step is tried before the task fails.
+        max_step_attempts: How often a step is tried (it raised, timed out or lost its worker)
+            before the task fails, for steps and skills that set no retry policy of their own.
+        step_timeout: How long a step may run without a commit, for steps and skills that set
+            none of their own (``LONGHAUL_STEP_TIMEOUT``).
         retention: How long an ended task is kept before ``sweep`` expires it.
         timeout_s: Real seconds one ``run`` may take before the kit gives up.
     """
@@ -156,6 +203,7 @@ class SkillKit:
         lease_seconds: float = 30.0,
         max_pause: timedelta = timedelta(days=7),
         max_step_attempts: int = 5,
+        step_timeout: timedelta = DEFAULT_STEP_TIMEOUT,
         retention: timedelta = timedelta(days=30),
         timeout_s: float = 30.0,
     ) -> None:
@@ -165,7 +213,12 @@ class SkillKit:
         self.app = _KitApplication()
         self._errors: dict[UUID, list[Exception]] = {}
         self.registry = SkillRegistry([self._recording(skill) for skill in skills])
-        self.policy = RunPolicy(max_pause=max_pause, max_step_attempts=max_step_attempts, retry_backoff_s=0)
+        self.policy = RunPolicy(
+            max_pause=max_pause,
+            step_retry=RetryPolicy(max_attempts=max_step_attempts, first_delay_s=1.0, max_delay_s=60.0),
+            step_timeout=step_timeout,
+        )
+        self.pacing = KitPacing(self.clock)
         self.lease_seconds = lease_seconds
         self.retention = retention
         self.timeout_s = timeout_s
@@ -249,7 +302,12 @@ class SkillKit:
     # ------------------------------------------------------------------ running
 
     async def run(
-        self, task_id: UUID, *, crash_after_commit: int | None = None, crash_before_commit: int | None = None
+        self,
+        task_id: UUID,
+        *,
+        crash_after_commit: int | None = None,
+        crash_before_commit: int | None = None,
+        skip_time: bool = False,
     ) -> Task:
         """Run the task on a fresh worker until it pauses, ends or the chosen crash happens.
 
@@ -259,7 +317,8 @@ class SkillKit:
         with ``crash_before_commit=n`` it dies instead of saving it (a side effect that ran but
         whose result was not recorded). A dead worker's lease stays in the log: the next ``run``
         moves the clock past it, so a new worker claims the task (epoch + 1) and resumes it from
-        its stored checkpoint.
+        its stored checkpoint. With ``skip_time``, the clock jumps while a step waits (see the
+        module docstring): a hanging step reaches its timeout without the test waiting for it.
 
         Returns:
             The task as the log holds it when the run stopped.
@@ -284,7 +343,9 @@ class SkillKit:
                 watch_seconds=0.01,
             ),
             policy=self.policy,
+            pacing=self.pacing,
         )
+        self.pacing.skip_time = skip_time
         stop = asyncio.Event()
         running = asyncio.ensure_future(worker.run(stop))
         try:
@@ -292,6 +353,7 @@ class SkillKit:
         finally:
             stop.set()
             await running
+            self.pacing.skip_time = False
         crashed = self.app.plan.happened
         self.app.plan = _CrashPlan()
         if (crash_after_commit is not None or crash_before_commit is not None) and not crashed:
@@ -326,7 +388,7 @@ class SkillKit:
             self.clock.now = task.lease_until
 
     def _commits_so_far(self, task_id: UUID) -> int:
-        return sum(1 for group in self.app.commit_log.get(task_id, []) if set(group) - _LEASE_NAMES)
+        return sum(1 for group in self.app.commit_log.get(task_id, []) if not _lease_only(group))
 
     # ------------------------------------------------------------------ reading the log
 
@@ -350,7 +412,7 @@ class SkillKit:
         Lease-only commits (claims, renewals, releases) are left out unless ``with_leases``.
         """
         groups = self.app.commit_log.get(task_id, [])
-        return [list(g) for g in groups if with_leases or set(g) - _LEASE_NAMES]
+        return [list(g) for g in groups if with_leases or not _lease_only(g)]
 
     def effects(self, task_id: UUID) -> dict[str, Any]:
         """Every recorded run-once side effect of the task: key -> result."""
@@ -367,10 +429,14 @@ class SkillKit:
         return dataclasses.replace(skill, steps=[self._record_errors(step) for step in skill.steps])
 
     def _record_errors(self, step: Step) -> Step:
-        @functools.wraps(step)
+        if isinstance(step, BoundedStep):  # keep the step's own policy and timeout
+            return dataclasses.replace(step, fn=self._record_errors(step.fn))
+        function: StepFunction = step
+
+        @functools.wraps(function)
         async def recorded(context: StepContext) -> StepOutcome:
             try:
-                return await step(context)
+                return await function(context)
             except Exception as error:
                 self._errors.setdefault(UUID(context.task_id), []).append(error)
                 raise

@@ -13,6 +13,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.sequencer import Sequencer, SequencerUnavailableError
 from workers.skills import builtin_skills
 from workers.sweeper import Sweeper
-from workers.task_runner import RunPolicy
+from workers.task_runner import DEFAULT_STEP_RETRY, RunPolicy
 from workers.webhook_signing import WebhookSigner, new_secret, secret_key
 from workers.worker import Worker, WorkerConfig
 
@@ -184,8 +185,12 @@ def retention_policy(settings: Settings) -> RetentionPolicy:
 
 
 def run_policy(settings: Settings) -> RunPolicy:
-    """How runners treat failing steps and pauses."""
-    return RunPolicy(max_pause=settings.max_pause)
+    """How runners treat pauses and failing or hanging steps (the service's defaults)."""
+    return RunPolicy(
+        max_pause=settings.max_pause,
+        step_retry=replace(DEFAULT_STEP_RETRY, max_attempts=settings.step_max_attempts),
+        step_timeout=settings.step_timeout,
+    )
 
 
 def worker_config(settings: Settings) -> WorkerConfig:

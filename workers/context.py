@@ -6,7 +6,7 @@ import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from uuid import uuid4
 
 from domain.messages import agent_message
@@ -14,6 +14,9 @@ from domain.skill import JSON
 from domain.task import Task
 from store.secrets import holds_sealed
 from workers.lease import LeasedTask
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class DrainRequestedError(BaseException):
@@ -87,21 +90,54 @@ class DurableStepContext:
         """The latest client message, its secret parts in clear (as the client sent them)."""
         return self._latest_input
 
-    async def once(self, key: str, fn: Callable[[str], Awaitable[Any]]) -> Any:
-        """Run ``fn`` at most once for this task and ``key``; record and return its result."""
+    async def once(
+        self,
+        key: str,
+        fn: Callable[[str], Awaitable[Any]],
+        *,
+        check: Callable[[str], Awaitable[Any]] | None = None,
+    ) -> Any:
+        """Run ``fn`` at most once for this task and ``key``; record and return its result.
+
+        With ``check``, an ``EffectStarted`` commit comes before the call; a run that finds the
+        effect started and not recorded asks ``check`` what the downstream did (see
+        ``domain.skill.StepContext.once``). Right before ``fn`` the lease is made sure of
+        (``LeasedTask.guard``), so a worker that lost it never calls beside the next holder.
+        """
         recorded = self._lease.task.effects
         if key in recorded:
             return copy.deepcopy(recorded[key])
-        result = await fn(f"{self.task_id}:{key}")
+        idempotency_key = f"{self.task_id}:{key}"
+        result: Any = None
+        if check is not None and key in self._lease.task.effects_started:
+            await self._lease.guard()
+            result = await check(idempotency_key)
+        if result is None:
+            if check is not None:
+
+                def start(task: Task, now: datetime) -> None:
+                    if key not in task.effects:
+                        task.start_effect(epoch=self._lease.epoch, now=now, key=key)
+
+                await self._lease.commit(start)
+                if key in self._lease.task.effects:  # recorded meanwhile (a reloaded copy): done
+                    return copy.deepcopy(self._lease.task.effects[key])
+            await self._lease.guard()
+            result = await fn(idempotency_key)
 
         def record(task: Task, now: datetime) -> None:
             if key not in task.effects:
                 task.record_effect(epoch=self._lease.epoch, now=now, key=key, result=result)
 
         await self._lease.commit(record)
+        self._lease.beat()
         result = copy.deepcopy(self._lease.task.effects[key])
         self._stop_if_draining()
         return result
+
+    async def run_sync(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run blocking code in a thread, off the event loop (``asyncio.to_thread``)."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def commit(self, checkpoint: JSON, *, progress: str | None = None) -> None:
         """Save ``checkpoint`` mid-step; with ``progress``, a progress message in the same commit."""
@@ -119,6 +155,7 @@ class DurableStepContext:
                 self._report(task, now, progress)
 
         await self._lease.commit(save)
+        self._lease.beat()
         self._checkpoint = copy.deepcopy(checkpoint)
         self._stop_if_draining()
 
@@ -151,6 +188,7 @@ class DurableStepContext:
                 self._report(task, now, progress)
 
         await self._lease.commit(emit)
+        self._lease.beat()
         if checkpoint is not None:
             self._checkpoint = copy.deepcopy(checkpoint)
         self._stop_if_draining()
@@ -162,6 +200,7 @@ class DurableStepContext:
             self._report(task, now, text)
 
         await self._lease.commit(report)
+        self._lease.beat()
         self._stop_if_draining()
 
     def _report(self, task: Task, now: datetime, text: str) -> None:

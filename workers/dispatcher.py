@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
@@ -693,7 +694,7 @@ class Dispatcher:
             state = "gave_up"
         else:
             elapsed = (started - delivery.created_at).total_seconds()
-            pause = self.config.policy.next_delay(number, elapsed)
+            pause = self.config.policy.next_delay(number, elapsed, random.random)
             if pause is None:
                 state, outcome = "gave_up", "gave_up"
                 error = f"{error}; gave up: the retry period ended"

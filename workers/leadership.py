@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable
 
 from store.log import RESTART_POLICY
@@ -32,7 +33,7 @@ async def restarting(
             return
         except Exception as error:  # noqa: BLE001 - database or NATS trouble: start over
             failures += 1
-            pause = RESTART_POLICY.delay(failures)
+            pause = RESTART_POLICY.delay(failures, random.random)
             logger.warning("%s failed (%r); starting over in %.1fs", what, error, pause)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause)

@@ -49,6 +49,9 @@ class LeasedTask:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.lost: LeaseLostError | None = None
+        self.last_beat: datetime = clock()
+        """When the running step last committed (a checkpoint, an effect, a chunk, progress): its
+        heartbeat, from which its timeout counts (renewals are no heartbeat)."""
         self._lock = asyncio.Lock()
 
     @property
@@ -64,6 +67,37 @@ class LeasedTask:
     def lease_until(self, now: datetime) -> datetime:
         """The lease end a commit made at ``now`` extends to."""
         return lease_end(now, self.lease_seconds)
+
+    @property
+    def ends(self) -> datetime:
+        """When the lease ends as the worker's copy holds it (it never holds a lease without an end)."""
+        return self.task.lease_until or self.clock()
+
+    def renewal_due(self) -> datetime:
+        """When the lease should be renewed: once a third of it is used."""
+        return self.ends - timedelta(seconds=self.lease_seconds * 2 / 3)
+
+    def beat(self) -> None:
+        """The running step committed: its timeout starts again."""
+        self.last_beat = self.clock()
+
+    def give_up(self, reason: str) -> LeaseLostError:
+        """Stop writing under this lease (it may be another's now); returns the error commits raise."""
+        if self.lost is None:
+            self.lost = LeaseLostError(self.task_id, self.epoch, reason)
+        return self.lost
+
+    async def guard(self) -> None:
+        """Before a side effect: make sure the lease holds for a while yet, renewing it if it must.
+
+        A worker whose event loop was blocked may find its lease expired, or about to: another
+        worker may run the step by now. The renewal is a fenced commit, so it fails
+        (``LeaseLostError``) rather than let two holders call the same downstream at once.
+        """
+        if self.lost is not None:
+            raise self.lost
+        if self.clock() >= self.renewal_due():
+            await self.renew()
 
     async def commit(self, command: Command) -> Task:
         """Apply ``command(task, now)`` and append its events, fenced by the lease.

@@ -1,4 +1,4 @@
-"""A worker's own Prometheus metrics: claims made and step durations, in this process only.
+"""A worker's own Prometheus metrics: claims, step durations and failed attempts, in this process only.
 
 They live in a ``CollectorRegistry`` of the process (not the library's global one). The gateway's
 ``/metrics`` includes them when the worker runs in its process (``longhaul up``); a standalone
@@ -31,6 +31,19 @@ class WorkerMetrics:
             buckets=STEP_BUCKETS,
             registry=self.registry,
         )
+        self.failed_attempts = Counter(
+            "longhaul_worker_step_attempts_failed",
+            "Failed attempts at a step this process recorded, by skill and cause (error, timeout,"
+            " lease_lost: counted by the worker whose claim found the lost lease).",
+            ["skill", "cause"],
+            registry=self.registry,
+        )
+        self.failed_tasks = Counter(
+            "longhaul_worker_tasks_failed_by_policy",
+            "Tasks this process failed because a step used up its retry policy, by skill.",
+            ["skill"],
+            registry=self.registry,
+        )
 
     def claimed(self, skill: str) -> None:
         """One claim of a task of ``skill``."""
@@ -39,3 +52,11 @@ class WorkerMetrics:
     def step_ran(self, skill: str, outcome: str, seconds: float) -> None:
         """A step of ``skill`` ran ``seconds`` and ended in ``outcome`` (an outcome type, or ``error``)."""
         self.steps.labels(skill=skill, outcome=outcome).observe(seconds)
+
+    def attempt_failed(self, skill: str, cause: str) -> None:
+        """An attempt at a step of ``skill`` failed with ``cause``."""
+        self.failed_attempts.labels(skill=skill, cause=cause).inc()
+
+    def failed_by_policy(self, skill: str) -> None:
+        """A task of ``skill`` failed: a step's attempts were spent."""
+        self.failed_tasks.labels(skill=skill).inc()

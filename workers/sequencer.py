@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -209,7 +210,7 @@ class Sequencer:
                     )
                     return
                 failures += 1
-                pause = RESTART_POLICY.delay(failures)
+                pause = RESTART_POLICY.delay(failures, random.random)
                 log.warning("checkpoint publishing failed (%r); again in %.1fs", error, pause)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(finished.wait(), pause)

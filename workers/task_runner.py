@@ -1,36 +1,68 @@
-"""Runs one leased task, one step at a time, each step ending in one fenced commit."""
+"""Runs one leased task, one step at a time, each step ending in one fenced commit.
+
+Every task ends. A step's attempt that does not reach its outcome is a ``StepAttemptFailed``
+event: the step raised (``error``), ran past its timeout (``timeout``), or its worker died or
+froze (``lease_lost``, recorded by the next claim). The count is in the log, so it survives any
+crash; once the step's retry policy is spent (``domain.attempts``) the task fails, saying which
+step, how often and why.
+
+While a step runs, the runner watches it on the worker's clock (``workers.pacing``): it renews
+the lease once a third of it is used, cancels the step at its timeout (a commit of the step
+restarts that), and gives the lease up when it finds the lease already over: the event loop was
+blocked past a renewal, and another worker may hold the task by now.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import uuid4
 
+from domain.attempts import (
+    StepRules,
+    attempts_spent,
+    describe_error,
+    never_retried_reason,
+    rules_for,
+    spent_reason,
+)
 from domain.errors import LeaseLostError
+from domain.messages import agent_message
+from domain.retry_policy import RetryPolicy
 from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
-from domain.task import Task
+from domain.task import AttemptCause, Task
 from store.secrets import SecretUnreadableError
 from workers.context import DrainRequestedError, DurableStepContext, reveal_input
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
+from workers.pacing import ClockPacing, Pacing
 
 log = logging.getLogger(__name__)
 
-RENEW_FRACTION = 3
-"""A step that runs longer than lease/RENEW_FRACTION renews the lease."""
+DEFAULT_STEP_RETRY = RetryPolicy(max_attempts=5, first_delay_s=1.0, max_delay_s=60.0)
+"""The service's step retry policy unless ``LONGHAUL_STEP_MAX_ATTEMPTS`` says otherwise: five
+attempts, pauses from 0.5-1 s doubling up to 30-60 s."""
+
+DEFAULT_STEP_TIMEOUT = timedelta(hours=1)
+"""A step's timeout unless ``LONGHAUL_STEP_TIMEOUT``, its skill or the step says otherwise."""
 
 
 @dataclass(frozen=True)
 class RunPolicy:
-    """How a runner treats failing steps and pauses."""
+    """How a runner treats pauses and failing, hanging or stuck steps (the service's defaults)."""
 
     max_pause: timedelta
-    max_step_attempts: int = 5
-    retry_backoff_s: float = 0.2
+    step_retry: RetryPolicy = DEFAULT_STEP_RETRY
+    step_timeout: timedelta = DEFAULT_STEP_TIMEOUT
+
+
+class StepTimedOutError(Exception):
+    """The step neither returned nor committed within its timeout (and was cancelled)."""
 
 
 class TaskRunner:
@@ -43,14 +75,19 @@ class TaskRunner:
         policy: RunPolicy,
         draining: asyncio.Event,
         metrics: WorkerMetrics | None = None,
+        pacing: Pacing | None = None,
+        abandoned: set[asyncio.Task[StepOutcome]] | None = None,
     ) -> None:
         self.lease = lease
         self.metrics = metrics
         self.skill = skill
         self.policy = policy
         self.draining = draining
+        self.pacing = pacing if pacing is not None else ClockPacing(lease.clock)
         self.step_task: asyncio.Task[StepOutcome] | None = None
         self.aborting = False
+        self.abandoned = abandoned if abandoned is not None else set()
+        """Steps that ignored their cancellation, still running; kept so they are not collected."""
 
     async def run(self) -> None:
         """Run steps until the task leaves the worker's hands."""
@@ -62,68 +99,86 @@ class TaskRunner:
             await self.lease.release("worker shutting down")
             log.info("task %s: lease released for shutdown", self.lease.task_id)
 
-    async def _run_steps(self) -> None:
-        attempts = 0
-        while True:
-            task = self.lease.task
-            if task.state != TaskState.WORKING or task.lease_epoch != self.lease.epoch:
-                return
-            if self.draining.is_set():
-                raise DrainRequestedError
-            index = task.next_step
-            if index >= len(self.skill.steps):
-                await self.lease.commit(self._finish_without_outcome)
-                return
-            try:
-                latest_input = await reveal_input(self.lease)
-                outcome = await self._timed(index, latest_input)
-                # A commit that fails for another reason than the lease (an outcome the store
-                # cannot hold, the database gone) counts as a failed attempt of the step.
-                await self._commit_step(index, outcome)
-            except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
-                raise
-            except SecretUnreadableError as error:
-                # Retrying cannot bring a destroyed key back: the task fails at once, saying why.
-                log.warning("task %s step %d: %s", task.id, index, error)
-                await self._commit_step(index, Fail(f"step {index} cannot run: {error}"))
-                return
-            except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
-                attempts += 1
-                log.warning("task %s step %d attempt %d failed: %r", task.id, index, attempts, error)
-                if attempts >= self.policy.max_step_attempts:
-                    reason = f"step {index} failed {attempts} times; last error: {error!r}"
-                    await self._commit_step(index, Fail(reason))
-                    return
-                await asyncio.sleep(self.policy.retry_backoff_s * attempts)
-                await self.lease.refresh()
-                continue
-            attempts = 0
-            if not isinstance(outcome, Continue):
-                return
+    def rules(self, index: int) -> StepRules:
+        """The retry policy and timeout of step ``index``."""
+        return rules_for(self.skill, index, retry=self.policy.step_retry, timeout=self.policy.step_timeout)
 
-    async def _timed(self, index: int, latest_input: JSON) -> StepOutcome:
+    async def _run_steps(self) -> None:
+        while await self._next_step():
+            pass
+
+    async def _next_step(self) -> bool:
+        """Run the task's next step (one attempt at it); True: there is more to run."""
+        task = self.lease.task
+        if task.state != TaskState.WORKING or task.lease_epoch != self.lease.epoch:
+            return False
+        if self.draining.is_set():
+            raise DrainRequestedError
+        index = task.next_step
+        if index >= len(self.skill.steps):
+            await self.lease.commit(self._finish_without_outcome)
+            return False
+        rules = self.rules(index)
+        if attempts_spent(task, rules.retry):  # the last attempts lost their workers
+            reason = spent_reason(rules, task.failed_attempts, task.last_failure)
+            await self._fail_by_policy(rules, reason)
+            return False
+        return await self._attempt(rules)
+
+    async def _attempt(self, rules: StepRules) -> bool:
+        """One attempt at step ``rules.index``; True: there is more to run (or to try again)."""
+        task = self.lease.task
+        secrets: list[str] = []
+        try:
+            latest_input = await reveal_input(self.lease)
+            secrets = _revealed(task.latest_input, latest_input)
+            outcome = await self._timed(rules, latest_input)
+            # A commit that fails for another reason than the lease (an outcome the store
+            # cannot hold, the database gone) counts as a failed attempt of the step.
+            await self._commit_step(rules.index, outcome)
+        except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
+            raise
+        except SecretUnreadableError as error:
+            # Retrying cannot bring a destroyed key back: the task fails at once, saying why.
+            log.warning("task %s step %d: %s", task.id, rules.index, error)
+            await self._commit_step(rules.index, Fail(f"step {rules.index} cannot run: {error}"))
+            return False
+        except StepTimedOutError as error:
+            return await self._attempt_failed(rules, "timeout", str(error), retried=True)
+        except Exception as error:  # noqa: BLE001 - a step failed: retry it from its checkpoint
+            detail = describe_error(error, secrets)
+            return await self._attempt_failed(rules, "error", detail, retried=rules.retry.retries(error))
+        return isinstance(outcome, Continue)
+
+    # ------------------------------------------------------------------ one attempt
+
+    async def _timed(self, rules: StepRules, latest_input: JSON) -> StepOutcome:
         """``_run_one``, its duration observed by outcome (``error`` when the step raised)."""
         if self.metrics is None:
-            return await self._run_one(index, latest_input)
+            return await self._run_one(rules, latest_input)
         started = time.monotonic()
         outcome_name = "error"
         try:
-            outcome = await self._run_one(index, latest_input)
+            outcome = await self._run_one(rules, latest_input)
             outcome_name = type(outcome).__name__
             return outcome
+        except StepTimedOutError:
+            outcome_name = "timeout"
+            raise
         except (LeaseLostError, DrainRequestedError, asyncio.CancelledError):
             outcome_name = "interrupted"
             raise
         finally:
             self.metrics.step_ran(self.skill.name, outcome_name, time.monotonic() - started)
 
-    async def _run_one(self, index: int, latest_input: JSON) -> StepOutcome:
-        """Run step ``index`` (``latest_input`` revealed) with lease renewal in the background."""
-        context = DurableStepContext(self.lease, index, self.draining, latest_input=latest_input)
-        self.step_task = asyncio.ensure_future(self.skill.steps[index](context))
-        renewer = asyncio.ensure_future(self._renew_while(self.step_task))
+    async def _run_one(self, rules: StepRules, latest_input: JSON) -> StepOutcome:
+        """Run step ``rules.index`` (``latest_input`` revealed) and watch it until it ends."""
+        context = DurableStepContext(self.lease, rules.index, self.draining, latest_input=latest_input)
+        self.lease.beat()
+        step = asyncio.ensure_future(self.skill.steps[rules.index](context))
+        self.step_task = step
         try:
-            return await self.step_task
+            return await self._watch(step, rules)
         except asyncio.CancelledError:
             if self.lease.lost is not None:
                 raise self.lease.lost from None
@@ -131,22 +186,133 @@ class TaskRunner:
                 raise DrainRequestedError from None
             raise
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, LeaseLostError):
-                await renewer
+            if not step.done():
+                step.cancel()
             self.step_task = None
 
-    async def _renew_while(self, step: asyncio.Task[StepOutcome]) -> None:
-        interval = self.lease.lease_seconds / RENEW_FRACTION
-        while not step.done():
-            await asyncio.sleep(interval)
+    async def _watch(self, step: asyncio.Task[StepOutcome], rules: StepRules) -> StepOutcome:
+        """Wait for ``step``, renewing the lease, until it ends, times out or the lease is over."""
+        while True:
+            deadline = self.lease.last_beat + rules.timeout
+            due = self.lease.renewal_due()
+            await self.pacing.wait(step, min(due, deadline))
             if step.done():
-                return
-            try:
+                return step.result()
+            now = self.pacing.now()
+            if now >= self.lease.ends:
+                # The lease ran out with nobody renewing it: the event loop was blocked (a step's
+                # sync code) past the renewal. Another worker may run the step by now.
+                log.warning(
+                    "task %s %s: the lease ended at %s before it could be renewed (the event loop"
+                    " was blocked); the worker gives the task up",
+                    self.lease.task_id,
+                    rules.label,
+                    self.lease.ends.isoformat(),
+                )
+                raise self.lease.give_up("the lease ended before it could be renewed")
+            if now >= self.lease.last_beat + rules.timeout:
+                return await self._time_out(step, rules)
+            if now >= due:
+                try:
+                    await self.lease.renew()
+                except LeaseLostError:
+                    step.cancel()
+                    raise
+
+    async def _time_out(self, step: asyncio.Task[StepOutcome], rules: StepRules) -> StepOutcome:
+        """Cancel ``step`` at its timeout; a step that ignores that loses its worker's lease."""
+        step.cancel()
+        grace = timedelta(seconds=self.lease.lease_seconds / 3)
+        await self.pacing.wait(step, self.pacing.now() + grace)
+        if step.done():
+            if not step.cancelled() and step.exception() is None:
+                return step.result()  # it returned just as it was cancelled
+            raise StepTimedOutError(f"{rules.label} ran past its timeout of {_span(rules.timeout)}")
+        # The step swallowed its cancellation and runs on: it can never be stopped from here.
+        # Count the attempt, give the lease back, and let every later write of the step fail.
+        log.warning(
+            "task %s %s ignores its cancellation after its timeout; the worker gives the task up",
+            self.lease.task_id,
+            rules.label,
+        )
+        self.abandoned.add(step)
+        step.add_done_callback(self.abandoned.discard)
+        detail = f"{rules.label} ran past its timeout of {_span(rules.timeout)} and ignored its cancellation"
+        if await self._attempt_failed(rules, "timeout", detail, retried=True, wait=False):
+            await self.lease.release(f"{rules.label} ignores its cancellation")
+        raise self.lease.give_up("the step ignored its cancellation")
+
+    # ------------------------------------------------------------------ failed attempts
+
+    async def _attempt_failed(
+        self, rules: StepRules, cause: AttemptCause, detail: str, *, retried: bool, wait: bool = True
+    ) -> bool:
+        """Record a failed attempt (and fail the task if the policy says so); False: it ended.
+
+        With ``wait``, the runner then holds the lease through the policy's pause before the
+        next attempt.
+        """
+        attempt = 0
+        spent = False
+
+        def record(task: Task, now: datetime) -> None:
+            nonlocal attempt, spent
+            attempt = task.fail_attempt(
+                epoch=self.lease.epoch, now=now, step=rules.index, cause=cause, detail=detail
+            )
+            spent = not retried or attempts_spent(task, rules.retry)
+            if spent:
+                reason = (
+                    spent_reason(rules, task.failed_attempts, detail)
+                    if retried
+                    else never_retried_reason(rules, detail)
+                )
+                task.fail(
+                    epoch=self.lease.epoch,
+                    now=now,
+                    reason=reason,
+                    message=agent_message(task, reason, message_id=_message_id()),
+                )
+
+        await self.lease.commit(record)
+        log.warning(
+            "task %s %s: attempt %d failed (%s): %s", self.lease.task_id, rules.label, attempt, cause, detail
+        )
+        if self.metrics is not None:
+            self.metrics.attempt_failed(self.skill.name, cause)
+            if spent:
+                self.metrics.failed_by_policy(self.skill.name)
+        if spent:
+            return False
+        if wait:
+            pause = rules.retry.delay(attempt, random.random)
+            await self._hold_until(self.pacing.now() + timedelta(seconds=pause))
+        return True
+
+    async def _hold_until(self, moment: datetime) -> None:
+        """Keep the lease (renewing it) until ``moment``; a drain ends the wait."""
+        while (now := self.pacing.now()) < moment:
+            if self.draining.is_set():
+                raise DrainRequestedError
+            if now >= self.lease.renewal_due():
                 await self.lease.renew()
-            except LeaseLostError:
-                step.cancel()
-                return
+            await self.pacing.sleep_until(min(moment, self.lease.renewal_due()))
+
+    async def _fail_by_policy(self, rules: StepRules, reason: str) -> None:
+        def fail(task: Task, now: datetime) -> None:
+            task.fail(
+                epoch=self.lease.epoch,
+                now=now,
+                reason=reason,
+                message=agent_message(task, reason, message_id=_message_id()),
+            )
+
+        await self.lease.commit(fail)
+        log.warning("task %s failed: %s", self.lease.task_id, reason)
+        if self.metrics is not None:
+            self.metrics.failed_by_policy(self.skill.name)
+
+    # ------------------------------------------------------------------ stopping
 
     def abort(self) -> None:
         """Shutdown past the grace period: cancel the running step, then release the lease."""
@@ -168,3 +334,34 @@ class TaskRunner:
 
     def _finish_without_outcome(self, task: Task, now: datetime) -> None:
         task.complete(epoch=self.lease.epoch, now=now, message=None)
+
+
+def _message_id() -> str:
+    return str(uuid4())
+
+
+def _revealed(sealed: JSON, revealed: JSON) -> list[str]:
+    """The text values that revealing the input opened (secrets an error message must not show)."""
+    if sealed is revealed:
+        return []
+    before = set(_strings(sealed))
+    return [value for value in _strings(revealed) if value not in before and len(value) >= 4]
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _span(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

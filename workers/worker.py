@@ -20,13 +20,14 @@ from uuid import UUID
 
 from domain.clock import Clock
 from domain.errors import DomainError, LeaseLostError
-from domain.skill import SkillRegistry, UnknownSkillError
+from domain.skill import SkillRegistry, StepOutcome, UnknownSkillError
 from domain.states import TaskState
 from domain.task import Task, lease_end
 from store.log import ConflictError, TaskApplication, retry_lost_connection
 from workers.committer import Committer
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
+from workers.pacing import ClockPacing, Pacing
 from workers.skill_versions import check_release
 from workers.task_runner import RunPolicy, TaskRunner
 from workers.wakeup import Expectation, Wakeup
@@ -58,8 +59,12 @@ class Worker:
         config: WorkerConfig,
         policy: RunPolicy,
         metrics: WorkerMetrics | None = None,
+        pacing: Pacing | None = None,
     ) -> None:
         self.store = store
+        self.pacing = pacing if pacing is not None else ClockPacing(clock)
+        self.abandoned: set[asyncio.Task[StepOutcome]] = set()
+        """Steps that ignored their cancellation after a timeout, still running (see ``TaskRunner``)."""
         self.metrics = metrics
         self.registry = registry
         self.clock = clock
@@ -153,6 +158,7 @@ class Worker:
                     "task %s needs %s v%d, not in this release", task.id, task.skill, task.skill_version
                 )
                 return None
+            failed_before = len(task.failed_attempts)
             epoch = await self.store.claim(
                 task,
                 worker=self.config.worker_id,
@@ -162,6 +168,16 @@ class Worker:
             )
         except (ConflictError, DomainError):
             return None
+        if len(task.failed_attempts) > failed_before:  # the claim recorded a lost worker's attempt
+            log.warning(
+                "task %s step %d: attempt %d failed (lease_lost): %s",
+                task.id,
+                task.next_step,
+                len(task.failed_attempts),
+                task.last_failure,
+            )
+            if self.metrics is not None:
+                self.metrics.attempt_failed(task.skill, "lease_lost")
         return LeasedTask(
             store=self.store,
             committer=self.committer,
@@ -291,7 +307,15 @@ class Worker:
             skill = self.registry.get(task.skill, task.skill_version)
         except UnknownSkillError:  # pragma: no cover - checked in _claim
             return None
-        runner = TaskRunner(lease, skill, self.policy, self.draining, self.metrics)
+        runner = TaskRunner(
+            lease,
+            skill,
+            self.policy,
+            self.draining,
+            self.metrics,
+            pacing=self.pacing,
+            abandoned=self.abandoned,
+        )
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())
         future.add_done_callback(functools.partial(self._finished, lease.task_id))

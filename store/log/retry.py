@@ -28,13 +28,13 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
 from eventsourcing.persistence import InterfaceError, OperationalError
 
 from domain.clock import Clock
+from domain.retry_policy import RetryPolicy
 from domain.task import Task
 from store.log.errors import ConflictError, RetriesExhaustedError
 
@@ -48,46 +48,6 @@ Save = Callable[[Task], object]
 
 AsyncSave = Callable[[Task], Awaitable[None]]
 """``Save`` for async callers (the worker's group committer)."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often, and for how long, something that failed is tried again, and how long to wait.
-
-    The pause after the n-th failed attempt lies in ``[c/2, c]`` (uniformly drawn), where the
-    ceiling ``c = min(max_delay_s, first_delay_s * 2 ** (n - 1))`` doubles with each attempt.
-    The policy gives up after ``max_attempts`` attempts, or when the next pause would end more
-    than ``total_s`` after the first attempt began (``None``: no such limit).
-    """
-
-    max_attempts: int | None
-    first_delay_s: float
-    max_delay_s: float
-    total_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError("a retry policy makes at least one attempt")
-        if not 0 < self.first_delay_s <= self.max_delay_s:
-            raise ValueError("delays must satisfy 0 < first_delay_s <= max_delay_s")
-        if self.total_s is not None and self.total_s < 0:
-            raise ValueError("total_s must not be negative")
-
-    def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
-        """The pause after failed attempt ``attempt`` (1 for the first); ``draw`` gives [0, 1)."""
-        ceiling = min(self.max_delay_s, self.first_delay_s * 2.0 ** min(attempt - 1, 1000))
-        return ceiling * (1 + draw()) / 2
-
-    def next_delay(
-        self, attempt: int, elapsed_s: float, draw: Callable[[], float] = random.random
-    ) -> float | None:
-        """The pause after failed attempt ``attempt``, ``elapsed_s`` after the first began; None: give up."""
-        if self.max_attempts is not None and attempt >= self.max_attempts:
-            return None
-        pause = self.delay(attempt, draw)
-        if self.total_s is not None and elapsed_s + pause > self.total_s:
-            return None
-        return pause
 
 
 CONFLICT_RETRY = RetryPolicy(max_attempts=10, first_delay_s=0.005, max_delay_s=0.25)
@@ -128,7 +88,7 @@ def retry_lost_connection(
         try:
             return call()
         except LOST_CONNECTION:
-            pause = policy.next_delay(attempt, time.monotonic() - started)
+            pause = policy.next_delay(attempt, time.monotonic() - started, random.random)
             if pause is None:
                 raise
         sleep(pause)
@@ -216,7 +176,7 @@ async def run_with_retries_async(
 
 def _pause_after(policy: RetryPolicy, attempt: int, task: Task, error: ConflictError) -> float:
     """The pause before the next attempt, or ``RetriesExhaustedError`` if none is left."""
-    pause = policy.next_delay(attempt, 0.0)
+    pause = policy.next_delay(attempt, 0.0, random.random)
     if pause is None:
         raise RetriesExhaustedError(task.id, attempt) from error
     return pause

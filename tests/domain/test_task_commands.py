@@ -120,11 +120,16 @@ def test_grant_after_the_lease_expired_fences_with_the_next_epoch() -> None:
 
     events = when(task, grant("w2"), now=expired_at)
 
-    assert types(events) == ["LeaseGranted"]
-    assert (events[0].worker, events[0].epoch) == ("w2", 2)
+    assert types(events) == ["StepAttemptFailed", "LeaseGranted"], "w1 lost the lease mid-task"
+    lost, granted = events
+    assert isinstance(lost, Task.StepAttemptFailed)
+    assert (lost.worker, lost.epoch, lost.step, lost.attempt, lost.cause) == ("w1", 1, 1, 1, "lease_lost")
+    assert isinstance(granted, Task.LeaseGranted)
+    assert (granted.worker, granted.epoch) == ("w2", 2)
     assert (task.state, task.lease_owner, task.lease_epoch) == (TaskState.WORKING, "w2", 2)
     assert task.next_step == 1, "the new holder resumes at the stored step"
     assert task.checkpoint == {"done": 0}
+    assert task.failed_attempts == ["lease_lost"]
 
 
 def test_grant_after_a_release_or_an_answer_increments_the_epoch() -> None:

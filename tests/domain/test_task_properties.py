@@ -56,6 +56,7 @@ _FENCED_EVENTS = (
     Task.InputRequested,
     Task.AuthRequested,
     Task.ArtifactChunkAppended,
+    Task.EffectStarted,
     Task.EffectRecorded,
     Task.Completed,
     Task.Rejected,
@@ -142,7 +143,15 @@ class TaskLifecycle(RuleBasedStateMachine):
             assert state_of(task) == before, "a refused command changed the aggregate"
             return
         new = list(task.collect_events())
-        assert len(new) <= 1, "every command records at most one event"
+        if len(new) == 2:  # a claim that found a lost worker's lease: its attempt, then the grant
+            lost, granted = new
+            assert isinstance(lost, Task.StepAttemptFailed) and isinstance(granted, Task.LeaseGranted)
+            assert lost.cause == "lease_lost"
+            assert (lost.worker, lost.epoch) == (before["lease_owner"], before["lease_epoch"])
+            assert before["state"] == TaskState.WORKING and self.now >= before["lease_until"]
+        else:
+            assert len(new) <= 1, "every command records at most one event (a claim: two)"
+        failed_before = len(before["failed_attempts"])
         assert task.version == version + len(new)
         if task.state != source:
             assert can_transition(source, task.state), f"illegal transition {source} -> {task.state}"
@@ -178,12 +187,24 @@ class TaskLifecycle(RuleBasedStateMachine):
             if isinstance(event, Task.EffectRecorded):
                 assert event.key not in self.effect_keys, f"effect {event.key} recorded twice"
                 self.effect_keys.append(event.key)
+            if isinstance(event, Task.StepAttemptFailed):
+                assert event.step == before["next_step"], "an attempt at another step than the next"
+                assert event.attempt == failed_before + 1, "attempts are counted one by one"
+                failed_before += 1
+                if event.cause != "lease_lost":
+                    assert event.epoch == epoch == before["lease_epoch"], "a holder's attempt, fenced"
+                    assert before["lease_owner"] is not None and self.now < before["lease_until"]
             if isinstance(event, Task.LeaseGranted):
                 assert event.epoch == before["lease_epoch"] + 1
                 lease_until = before["lease_until"]
                 assert before["lease_owner"] is None or lease_until is None or self.now >= lease_until, (
                     "granted while another lease was valid"
                 )
+        if new and not any(isinstance(e, Task.StepAttemptFailed) for e in new):
+            if any(isinstance(e, _STEP_EVENTS) for e in new):
+                assert task.failed_attempts == [], "a step outcome starts the count again"
+            else:
+                assert task.failed_attempts == before["failed_attempts"], "only attempts count attempts"
         self.events.extend(new)
         self.app.save(*new)
 
@@ -306,6 +327,21 @@ class TaskLifecycle(RuleBasedStateMachine):
         self.attempt(
             lambda: self.task.record_effect(epoch=epoch, now=self.now, key=key, result=result), epoch=epoch
         )
+
+    @rule(pick=epoch_picks, step=step_picks, cause=st.sampled_from(["error", "timeout", "lease_lost"]))
+    def fail_attempt(self, pick: str, step: str | int, cause: str) -> None:
+        epoch, index = self.epoch(pick), self.step(step)
+        self.attempt(
+            lambda: self.task.fail_attempt(
+                epoch=epoch, now=self.now, step=index, cause=cause, detail="d"  # type: ignore[arg-type]
+            ),
+            epoch=epoch,
+        )
+
+    @rule(pick=epoch_picks, key=st.sampled_from(["k1", "k2", "k3"]))
+    def start_effect(self, pick: str, key: str) -> None:
+        epoch = self.epoch(pick)
+        self.attempt(lambda: self.task.start_effect(epoch=epoch, now=self.now, key=key), epoch=epoch)
 
     @rule(pick=epoch_picks, how=st.sampled_from(["complete", "fail", "reject"]))
     def finish(self, pick: str, how: str) -> None:

@@ -47,7 +47,9 @@ CLASS_VERSIONS = {
     "AuthRequested": 2,
     "InputReceived": 2,
     "ArtifactChunkAppended": 1,
+    "EffectStarted": 1,
     "EffectRecorded": 1,
+    "StepAttemptFailed": 1,
     "PushConfigSet": 2,
     "PushConfigRemoved": 2,
     "Completed": 1,
@@ -317,7 +319,7 @@ def test_a_snapshot_of_a_paused_task_keeps_a_pause_and_its_class_version() -> No
     loaded: Task = store.repository.get(TASK_ID)
 
     assert isinstance(snapshot, Snapshot)
-    assert snapshot.state["class_version"] == 2
+    assert snapshot.state["class_version"] == 3
     assert loaded.pause == Pause(deadline=LATER + PAUSE, on_deadline="cancel")
     assert _comparable(loaded) == _comparable(task)
 
@@ -334,6 +336,8 @@ def test_a_version_1_snapshot_with_a_pause_dict_loads_through_the_upcaster() -> 
     state = store.snapshots.mapper.transcoder.decode(stored.state)
     state["state"].pop("class_version")
     state["state"]["pause"] = {"deadline": deadline, "on_deadline": "cancel"}
+    for later in ("failed_attempts", "last_failure", "effects_started"):
+        state["state"].pop(later)
     store.snapshots.recorder.insert_events(
         [dataclasses.replace(stored, state=store.snapshots.mapper.transcoder.encode(state))]
     )
@@ -341,6 +345,26 @@ def test_a_version_1_snapshot_with_a_pause_dict_loads_through_the_upcaster() -> 
     loaded: Task = store.repository.get(TASK_ID)  # only the snapshot is stored
 
     assert loaded.pause == Pause(deadline=deadline, on_deadline="cancel")
+    assert _comparable(loaded) == _comparable(task)
+
+
+def test_a_version_2_snapshot_loads_with_no_failed_attempts_and_no_started_effects() -> None:
+    store = MemoryStore()
+    assert store.snapshots is not None
+    task = given(grant(), step(0))
+    snapshot = Task.Snapshot.take(task)
+    stored = store.snapshots.mapper.to_stored_event(snapshot)
+    state = store.snapshots.mapper.transcoder.decode(stored.state)
+    state["state"]["class_version"] = 2
+    for later in ("failed_attempts", "last_failure", "effects_started"):
+        state["state"].pop(later)
+    store.snapshots.recorder.insert_events(
+        [dataclasses.replace(stored, state=store.snapshots.mapper.transcoder.encode(state))]
+    )
+
+    loaded: Task = store.repository.get(TASK_ID)
+
+    assert (loaded.failed_attempts, loaded.last_failure, loaded.effects_started) == ([], None, [])
     assert _comparable(loaded) == _comparable(task)
 
 

@@ -101,7 +101,8 @@ async def test_a_step_that_always_raises_fails_the_task_after_the_attempts() -> 
     assert len(kit.step_errors(task_id)) == 3
     (failed,) = kit.events(task_id, Task.Failed)
     assert failed.epoch == 1
-    assert "step 0 failed 3 times" in failed.reason
+    assert failed.reason == "step 0 (broken) failed 3 times: ValueError: always"
+    assert [e.cause for e in kit.events(task_id, Task.StepAttemptFailed)] == ["error"] * 3
 
 
 async def test_the_clock_moves_only_when_told_and_the_sweeper_ends_pauses() -> None:

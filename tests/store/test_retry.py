@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.errors import LeaseLostError, TaskTerminalError
+from domain.retry_policy import RetryPolicy
 from domain.skill import Complete, Continue
 from domain.states import TaskState
 from domain.task import Task
@@ -21,7 +22,6 @@ from store.log.application import TaskApplication
 from store.log.errors import ConflictError, RetriesExhaustedError
 from store.log.retry import (
     CONFLICT_RETRY,
-    RetryPolicy,
     run_with_retries,
     run_with_retries_async,
     webhook_retry,
@@ -88,7 +88,7 @@ def test_pauses_grow_exponentially_to_the_cap_with_jitter_inside_the_bounds() ->
 
     assert ceilings[1] == 2 * ceilings[0]
     assert ceilings[-1] == policy.max_delay_s
-    assert policy.delay(1) >= policy.first_delay_s / 2  # the default draw
+    assert policy.delay(1, random.random) >= policy.first_delay_s / 2  # the default draw
 
 
 @pytest.mark.parametrize(
@@ -138,8 +138,8 @@ def test_the_webhook_policy_has_no_attempt_limit_and_gives_up_by_time() -> None:
 
 def test_the_conflict_policy_is_an_instance_with_an_attempt_limit() -> None:
     assert isinstance(CONFLICT_RETRY, RetryPolicy)
-    assert CONFLICT_RETRY.next_delay(CONFLICT_RETRY.max_attempts or 0, 0.0) is None
-    assert CONFLICT_RETRY.next_delay(1, 0.0) is not None
+    assert CONFLICT_RETRY.next_delay(CONFLICT_RETRY.max_attempts or 0, 0.0, random.random) is None
+    assert CONFLICT_RETRY.next_delay(1, 0.0, random.random) is not None
 
 
 # ---------------------------------------------------------------------------------- the executor

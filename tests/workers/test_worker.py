@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from domain.retry_policy import RetryPolicy
 from domain.skill import AskInput, Complete, Continue, Skill, SkillRegistry, StepContext, StepOutcome
 from domain.task import Task
 from store.log.application import TaskApplication
@@ -86,7 +87,7 @@ async def worker(store: TaskApplication, registry: SkillRegistry) -> AsyncIterat
         registry=registry,
         clock=_clock,
         config=WorkerConfig(worker_id="test-worker", lease_seconds=10, concurrency=8, grace_seconds=1),
-        policy=RunPolicy(max_pause=timedelta(days=1), max_step_attempts=3, retry_backoff_s=0.01),
+        policy=RunPolicy(max_pause=timedelta(days=1), step_retry=RetryPolicy(3, 0.01, 0.01)),
     )
     stop = asyncio.Event()
     running = asyncio.ensure_future(process.run(stop))
@@ -190,7 +191,7 @@ async def test_a_worker_counts_its_claims_and_times_its_steps(
         registry=registry,
         clock=_clock,
         config=WorkerConfig(worker_id="test-worker", lease_seconds=10, concurrency=8, grace_seconds=1),
-        policy=RunPolicy(max_pause=timedelta(days=1), max_step_attempts=2, retry_backoff_s=0.01),
+        policy=RunPolicy(max_pause=timedelta(days=1), step_retry=RetryPolicy(2, 0.01, 0.01)),
         metrics=metrics,
     )
     stop = asyncio.Event()

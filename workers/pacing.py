@@ -1,0 +1,49 @@
+"""How a step runner waits: until a moment of the worker's clock, or until a step ends first.
+
+The runner's deadlines (a lease renewal, a step's timeout, a retry's backoff) are moments of the
+worker's ``Clock``. ``ClockPacing`` waits for them in real time, as the worker runs in production.
+The test kit (``longhaul.testing``) has its own pacing that moves its clock instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any, Protocol
+
+from domain.clock import Clock
+
+
+class Pacing(Protocol):
+    """Waits measured on the worker's clock."""
+
+    def now(self) -> datetime:
+        """The clock's time."""
+        ...
+
+    async def sleep_until(self, moment: datetime) -> None:
+        """Return at ``moment`` (at once if it has passed)."""
+        ...
+
+    async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
+        """Return when ``future`` is done or at ``until``, whichever comes first."""
+        ...
+
+
+class ClockPacing:
+    """Real waits, as long as the clock says."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def now(self) -> datetime:
+        """The clock's time."""
+        return self.clock()
+
+    async def sleep_until(self, moment: datetime) -> None:
+        """Sleep until ``moment``."""
+        await asyncio.sleep(max(0.0, (moment - self.clock()).total_seconds()))
+
+    async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
+        """Wait for ``future``, at most until ``until``."""
+        await asyncio.wait({future}, timeout=max(0.0, (until - self.clock()).total_seconds()))
