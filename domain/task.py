@@ -175,6 +175,7 @@ class Task(Aggregate):
             task.checkpoint = dict(self.checkpoint)
             task.lease_until = self.lease_until
             task.failed_attempts = []
+            task.last_failure = None
 
     class CheckpointSaved(Event):
         """A long step saved its checkpoint mid-step (a sub-step commit)."""
@@ -230,6 +231,7 @@ class Task(Aggregate):
             task.next_step = self.resume_step
             task.checkpoint = dict(self.checkpoint)
             task.failed_attempts = []
+            task.last_failure = None
             task.pause = Pause(deadline=self.deadline, on_deadline=self.on_deadline)
             task.history.append(self.question)
             task._clear_lease()
@@ -464,7 +466,7 @@ class Task(Aggregate):
     failed_attempts: list[AttemptCause]
     """The causes of the failed attempts at step ``next_step`` so far, oldest first."""
     last_failure: str | None
-    """The ``detail`` of the last failed attempt (of any step)."""
+    """The ``detail`` of the last failed attempt at step ``next_step``."""
     effects_started: list[str]
     """Keys of checked effects started and not recorded (``EffectStarted``)."""
 

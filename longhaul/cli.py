@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     tail.add_argument("--json", action="store_true", help="print each message's JSON, one per line")
     sub.add_parser("skills", help="list skills, versions and live tasks per version (drain status)")
+    retrying = sub.add_parser(
+        "retrying", help="list working tasks whose current step failed (attempts so far, last failure)"
+    )
+    retrying.add_argument(
+        "--limit", type=int, default=100, help="list at most this many, newest first (default: %(default)s)"
+    )
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     keys = sub.add_parser("keys", help="API keys: mint one for a tenant and print its key file line")
     key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION", help="new")
@@ -220,6 +226,7 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "verify": lambda args, settings: evidence_commands.verify(settings, args.archive),
     "tail": _tail,
     "skills": lambda _, settings: reports.skills(settings),
+    "retrying": lambda args, settings: reports.retrying(settings, limit=args.limit),
     "migrate": lambda _, settings: admin.migrate(settings),
     "keys": lambda args, _: admin.keys_new(args.tenant),
     "erase": lambda args, settings: admin.erase(settings, args.tenant),

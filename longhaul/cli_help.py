@@ -245,6 +245,16 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
         ("database_url", "database_schema", "skill_modules", "data_dir"),
     ),
+    "retrying": (
+        (
+            "List the working tasks whose current step has failed attempts (it raised, timed out or lost"
+            " its worker), newest first, with the attempts so far and the last failure, from the"
+            " current-task view (a projector must run). A task leaves the list when the step succeeds,"
+            " and ends FAILED once its attempts are spent (LONGHAUL_STEP_MAX_ATTEMPTS). Finds the"
+            " database as `history` does."
+        ),
+        ("database_url", "database_schema", "step_max_attempts", "data_dir"),
+    ),
     "migrate": (
         (
             "Apply pending schema migrations and print each one applied and the schema's version."

@@ -1,4 +1,4 @@
-"""The commands that report on tasks: history, receipt, deliveries, skills, and tail (live events).
+"""The commands that report on tasks: history, receipt, deliveries, skills, retrying, and tail (live events).
 
 Each reads (the store, an archive file or NATS), then prints; the logic they call lives in the
 store's faces (``store.evidence``, ``store.deliveries``) and the workers.
@@ -22,6 +22,7 @@ from longhaul import wiring
 from longhaul.errors import BadArgumentError, CommandError
 from longhaul.local_services import running_up, store_for_reading
 from longhaul.settings import Settings
+from projections.task_view import open_view
 from store.deliveries import Attempt, Delivery, deliveries_of
 from store.evidence import (
     ArchiveError,
@@ -262,6 +263,26 @@ def skills(settings: Settings) -> int:
         else:
             status = "drained: can be removed"
         print(f"{use.skill:<20} {use.version:>7} {use.live_tasks:>10}  {status}")
+    return 0
+
+
+def retrying(settings: Settings, *, limit: int) -> int:
+    """Print the working tasks whose current step failed at least once (from the current-task view)."""
+    with store_for_reading(settings, "retrying") as store:
+        view = open_view(store)
+        assert view is not None  # store_for_reading opens PostgreSQL
+        rows = view.retrying(limit)
+    if not rows:
+        print("no task is retrying a step")
+        return 0
+    print(f"{'TASK':<36}  {'TENANT':<12} {'SKILL':<16} {'FAILED':>6}  {'SINCE':<20}  LAST FAILURE")
+    for row in rows:
+        since = iso(row.status_timestamp)[:19] + "Z"
+        failure = row.last_failure or "-"
+        task = f"{row.task_id!s:<36}  {row.tenant:<12} {row.skill:<16}"
+        print(f"{task} {row.failed_attempts:>6}  {since:<20}  {failure}")
+    if len(rows) == limit:
+        print(f"(the {limit} newest; --limit shows more)")
     return 0
 
 

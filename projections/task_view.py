@@ -50,6 +50,8 @@ _COLUMNS = (
     "expired",
     "version",
     "position",
+    "failed_attempts",
+    "last_failure",
 )
 
 
@@ -69,6 +71,10 @@ class TaskViewRow:
     """The version of the task's last event applied."""
     position: int
     """The log position (notification id) of that event."""
+    failed_attempts: int = 0
+    """Failed attempts at the task's current step (``StepAttemptFailed`` since its last outcome)."""
+    last_failure: str | None = None
+    """The last failed attempt at the current step: ``step N, cause: detail``."""
 
 
 def next_row(row: TaskViewRow | None, event: Task.Event, position: int) -> TaskViewRow | None:
@@ -98,8 +104,13 @@ def next_row(row: TaskViewRow | None, event: Task.Event, position: int) -> TaskV
             row = replace(row, state=str(TaskState.WORKING), status_timestamp=at)
     elif isinstance(event, Task.ProgressReported):
         row = replace(row, status_timestamp=at)
+    elif isinstance(event, Task.StepAttemptFailed):
+        failure = f"step {event.step}, {event.cause}: {event.detail}"
+        row = replace(row, failed_attempts=event.attempt, last_failure=failure)
+    elif isinstance(event, Task.StepCompleted):
+        row = replace(row, failed_attempts=0, last_failure=None)
     elif isinstance(event, (Task.InputRequested, Task.AuthRequested)):
-        row = replace(row, state=str(event.enters), status_timestamp=at)
+        row = replace(row, state=str(event.enters), status_timestamp=at, failed_attempts=0, last_failure=None)
     elif isinstance(event, Task.InputReceived):
         row = replace(row, state=str(TaskState.WORKING), status_timestamp=at)
     elif isinstance(event, (Task.Completed, Task.Failed, Task.Canceled, Task.Rejected)):
@@ -211,6 +222,20 @@ class TaskViewRecorder(FoldedView[TaskViewRow]):
         more = len(found) > size
         next_cursor = PageCursor(rows[-1].status_timestamp, rows[-1].task_id) if more and rows else None
         return TaskPage(rows=rows, total=total, next=next_cursor)
+
+    def retrying(self, limit: int) -> list[TaskViewRow]:
+        """Working tasks whose current step has failed attempts, newest status first."""
+        where = ["failed_attempts > 0", "state = %s", "NOT expired"]
+        with read_transaction(self.datastore) as curs:
+            curs.execute(
+                self._sql(
+                    "SELECT * FROM {schema}.{table} WHERE {where}"
+                    " ORDER BY status_timestamp DESC, task_id DESC LIMIT %s",
+                    where,
+                ),
+                [str(TaskState.WORKING), limit],
+            )
+            return [self.row_of(r) for r in curs.fetchall()]
 
     def _sql(self, template: str, where: Sequence[str] = ()) -> Composed:
         """``template`` on the view table; ``{where}`` joins the (constant) conditions with AND."""

@@ -7,8 +7,12 @@ It stands in for a real identity and access management API and keeps everything 
   first result and applies nothing again (a different body under a used key is refused with 409);
   a missing key is refused with 400.
 - ``GET /revocations``: every revocation carried out, oldest first.
-- ``GET /calls``: every request received (except reads of ``/calls`` and ``/health``), oldest
-  first, each ``{method, path, task_id, idempotency_key, applied, at}``; ``?task_id=`` filters.
+- ``GET /revocations/{idempotency_key}``: did the revocation with this key happen? 200 with the
+  JSON its ``POST`` answered, 404 if no revocation was made with that key (applies nothing).
+- ``GET /calls``: every request received (except reads of ``/calls``, ``/health`` and the list
+  ``/revocations``), oldest first, each ``{method, path, task_id, idempotency_key, applied, at}``
+  (for ``GET /revocations/{idempotency_key}``, ``idempotency_key`` is the key asked about);
+  ``?task_id=`` filters.
 - ``GET /health``: ``{"ok": true}``, for readiness checks.
 
 ``longhaul fake-iam --port P`` runs it through :func:`serve`; tests can use :func:`running`,
@@ -68,12 +72,13 @@ class IamState:
             self.calls.append(_call(request, applied=False))
 
 
-def _call(request: Request[Any, Any, Any], *, applied: bool) -> JSON:
+def _call(request: Request[Any, Any, Any], *, applied: bool, key: str | None = None) -> JSON:
+    """One call log entry; ``key``: the idempotency key it is about, when not in the header."""
     return {
         "method": request.method,
         "path": request.url.path,
         "task_id": request.headers.get(TASK_HEADER),
-        "idempotency_key": request.headers.get(IDEMPOTENCY_HEADER),
+        "idempotency_key": key if key is not None else request.headers.get(IDEMPOTENCY_HEADER),
         "applied": applied,
         "at": time.time(),
     }
@@ -152,6 +157,15 @@ def create_app() -> Litestar:
         with state.lock:
             return list(state.revocations)
 
+    @get("/revocations/{idempotency_key:str}", sync_to_thread=False)
+    def find_revocation(request: Request[Any, Any, Any], idempotency_key: FromPath[str]) -> Response[JSON]:
+        with state.lock:  # looked up and logged together, like a revocation
+            previous = state.by_key.get(idempotency_key)
+            state.calls.append(_call(request, applied=False, key=idempotency_key))
+        if previous is None:
+            return _error(404, f"no revocation was made with Idempotency-Key {idempotency_key!r}")
+        return Response(previous[1])
+
     @get("/calls", sync_to_thread=False)
     def list_calls(task_id: FromQuery[str | None] = None) -> list[JSON]:
         with state.lock:
@@ -159,7 +173,7 @@ def create_app() -> Litestar:
         return [c for c in calls if task_id is None or c["task_id"] == task_id]
 
     return Litestar(
-        route_handlers=[health, list_grants, revoke, list_revocations, list_calls],
+        route_handlers=[health, list_grants, revoke, list_revocations, find_revocation, list_calls],
         debug=False,
         logging_config=None,  # the process configures logging
     )

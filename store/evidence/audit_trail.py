@@ -228,6 +228,10 @@ _SUMMARIES: dict[type, Callable[[Any], str]] = {
     Task.AuthRequested: _asked,
     Task.InputReceived: lambda e: f"answer received: {_text(e.message)}",
     Task.ArtifactChunkAppended: _artifact,
+    Task.StepAttemptFailed: lambda e: (
+        f"attempt {e.attempt} at step {e.step} by {e.worker} (epoch {e.epoch}) failed: {e.cause}: {e.detail}"
+    ),
+    Task.EffectStarted: lambda e: f"effect {e.key} started",
     Task.EffectRecorded: lambda e: f"effect {e.key} recorded",
     Task.PushConfigSet: lambda e: f"push config {e.config.get('id')} set: {e.config.get('url')}",
     Task.PushConfigRemoved: lambda e: f"push config {e.config_id} removed",

@@ -89,6 +89,12 @@ def expected(task: Task) -> dict[str, Any]:
         "skill_version": task.skill_version,
         "expired": task.expired,
         "version": task.version,
+        "failed_attempts": len(task.failed_attempts),
+        "last_failure": (
+            f"step {task.next_step}, {task.failed_attempts[-1]}: {task.last_failure}"
+            if task.failed_attempts
+            else None
+        ),
     }
 
 
@@ -267,6 +273,13 @@ def test_every_kind_of_event_moves_the_row_as_it_moves_the_aggregate(
     step(ids[0], lambda t, e, now: t.record_effect(epoch=e, now=now, key="k", result=1))
     step(ids[0], lambda t, e, now: t.extend_lease(epoch=e, now=now, until=now + timedelta(hours=2)))
     step(ids[0], lambda t, e, now: t.release_lease(epoch=e, now=now, reason="drain"))
+    step(ids[0], lambda t, e, now: t.fail_attempt(epoch=e, now=now, step=0, cause="error", detail="boom"))
+    clock.advance(timedelta(hours=3))  # w's lease on ids[0] ends unreleased: the next claim counts it
+    lost = store.get(ids[0])
+    lost.grant_lease(worker="w2", now=clock(), until=clock() + timedelta(hours=1))
+    store.save_tasks(lost)
+    assert lost.failed_attempts == ["error", "lease_lost"]
+    step(ids[1], lambda t, e, now: t.fail_attempt(epoch=e, now=now, step=0, cause="timeout", detail="late"))
     step(ids[1], lambda t, e, now: t.fail(epoch=e, now=now, reason="no", message=agent))
     step(ids[2], lambda t, e, now: t.reject(epoch=e, now=now, reason="no", message=agent))
     question = {"messageId": "q", "role": "ROLE_AGENT", "parts": [{"text": "key?"}]}

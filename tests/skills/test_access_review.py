@@ -209,7 +209,14 @@ async def test_network_error_after_9_of_14_retries_only_the_other_5(
     effects = [e.key for e in kit.events(task_id, Task.EffectRecorded)]
     revoke = [f"revoke:{g}" for g in proposed]
     assert effects == [*revoke[:9], SIMULATED_ERROR_KEY, *revoke[9:]]
-    assert kit.commits(task_id)[before:] == [*[["EffectRecorded"]] * 15, STEP_DONE, REPORT]
+    # The failed attempt is a commit of its own, between the first attempt's effects and the retry's.
+    failed = ["StepAttemptFailed"]
+    assert kit.commits(task_id)[before:] == [
+        *[["EffectRecorded"]] * 10, failed, *[["EffectRecorded"]] * 5, STEP_DONE, REPORT
+    ]
+    (attempt,) = kit.events(task_id, Task.StepAttemptFailed)
+    assert (attempt.step, attempt.attempt, attempt.cause) == (APPLY_STEP, 1, "error")
+    assert attempt.detail.startswith("SimulatedNetworkError: simulated network error after 9 revocations")
     assert [e.step for e in kit.events(task_id, Task.StepCompleted)] == [0, 1, 2, APPLY_STEP, 5]  # 3 asked
     posts = revocation_calls(iam_calls, task_id)
     keys = [f"{task_id}:{r}" for r in revoke]

@@ -75,6 +75,7 @@ def test_every_event_names_its_actor(any_store: TaskApplication) -> None:
         ("InputReceived", client),
         ("LeaseGranted", w2),
         *[("ProgressReported", w2)] * PROGRESS_REPORTS,
+        ("StepAttemptFailed", w2),  # w-2 was killed mid-step: w-3's claim records w-2's attempt
         ("LeaseGranted", w3),
         ("PushConfigSet", other_key),
         ("PushConfigRemoved", other_key),

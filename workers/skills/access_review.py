@@ -17,7 +17,10 @@ Checkpoint layout, built up step by step::
     applied    [{grant_id, system, user, revocation_id, status}, ...]         (apply_revocations)
 
 Every IAM request carries ``X-Longhaul-Task``; each revocation runs through ``ctx.once`` under
-``revoke:<grant_id>``, and the IAM gets the ledger's key as its ``Idempotency-Key``.
+``revoke:<grant_id>``, and the IAM gets the ledger's key as its ``Idempotency-Key``. The revocations
+are checked effects (``once(..., check=...)``): a rerun that finds one started but not recorded (the
+worker died between ``POST /revocations`` and the record) asks ``GET /revocations/{key}`` first and
+records the IAM's answer, posting again only on a 404 (the call never reached the IAM).
 
 The simulated network error (``fail_after_revocations=N``) happens once per task: just before the
 revocation after the N-th, the step records the effect ``simulated-network-error`` through
@@ -37,6 +40,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -300,19 +304,33 @@ class AccessReview:
                 if index == fail_after:
                     await _simulate_network_error_once(ctx, index)
                 key = f"revoke:{proposal['grant_id']}"
-                applied.append(await ctx.once(key, _revocation(client, proposal)))
+                revoke, check = _revocation(client, proposal)
+                applied.append(await ctx.once(key, revoke, check=check))
         return applied
 
 
-def _revocation(client: httpx.AsyncClient, proposal: JSON) -> Callable[[str], Awaitable[JSON]]:
+def _revocation(
+    client: httpx.AsyncClient, proposal: JSON
+) -> tuple[Callable[[str], Awaitable[JSON]], Callable[[str], Awaitable[JSON | None]]]:
+    """The revocation of ``proposal`` for ``ctx.once``, and its check: did the IAM apply it?"""
+    body = {"system": proposal["system"], "grant_id": proposal["grant_id"], "user": proposal["user"]}
+
+    def applied(answer: JSON) -> JSON:
+        return {**body, "revocation_id": answer["revocation_id"], "status": answer["status"]}
+
     async def revoke(idempotency_key: str) -> JSON:
-        body = {"system": proposal["system"], "grant_id": proposal["grant_id"], "user": proposal["user"]}
         response = await client.post("/revocations", json=body, headers={"Idempotency-Key": idempotency_key})
         response.raise_for_status()
-        result = response.json()
-        return {**body, "revocation_id": result["revocation_id"], "status": result["status"]}
+        return applied(response.json())
 
-    return revoke
+    async def check(idempotency_key: str) -> JSON | None:
+        response = await client.get(f"/revocations/{quote(idempotency_key, safe='')}")
+        if response.status_code == httpx.codes.NOT_FOUND:  # the POST never reached the IAM
+            return None
+        response.raise_for_status()
+        return applied(response.json())
+
+    return revoke, check
 
 
 async def _simulate_network_error_once(ctx: StepContext, applied: int) -> None:
