@@ -95,6 +95,7 @@ def test_redeploy_mid_task_finishes_old_tasks_on_v1_and_starts_new_ones_on_v2(
     assert [e.checkpoint["ticks"] for e in ticks] == list(range(1, TICKS + 1))
     assert {e.epoch for e in ticks if e.checkpoint["ticks"] > stopped_at} == {3}
     assert {e.epoch for e in ticks if e.checkpoint["ticks"] <= stopped_at} == {2}
+    assert of_kind(history, "StepAttemptFailed") == [], "a takeover after a drain is no failed attempt"
 
     message = {
         "messageId": uuid.uuid4().hex,
