@@ -11,7 +11,7 @@ from uuid import UUID
 import httpx
 import pytest
 
-from domain.skill import SkillRegistry
+from domain.skill import SkillRegistry, step_name
 from domain.states import TaskState
 from domain.task import Pause, Task
 from longhaul.testing import SkillKit, artifact_text, message_text
@@ -27,6 +27,8 @@ APPLY_STEP = 4
 STEP_DONE = ["StepCompleted"]
 REPORT = ["ArtifactChunkAppended", "StepCompleted", "Completed"]
 """The last commit: ``write_report``'s artifact, its step and the task's end, together."""
+REVOKED = [["EffectStarted"], ["EffectRecorded"]]
+"""The two commits of one revocation (a checked effect): its start before the call, its result after."""
 
 
 @pytest.fixture
@@ -56,6 +58,21 @@ def revocations_applied(client: httpx.Client) -> list[dict[str, Any]]:
 
 def revocation_calls(client: httpx.Client, task_id: UUID) -> list[dict[str, Any]]:
     return [c for c in calls(client, task_id) if c["method"] == "POST"]
+
+
+def revocation_checks(client: httpx.Client, task_id: UUID) -> list[str]:
+    """The idempotency keys the task asked the IAM about (``GET /revocations/{key}``), in order."""
+    return [
+        c["idempotency_key"]
+        for c in calls(client, task_id)
+        if c["method"] == "GET" and c["path"].startswith("/revocations/")
+    ]
+
+
+def as_recorded(revocation: dict[str, Any]) -> dict[str, Any]:
+    """What the skill records of one of the IAM's revocations (its effect's result)."""
+    fields = ("system", "grant_id", "user", "revocation_id", "status")
+    return {name: revocation[name] for name in fields}
 
 
 def approve(kit: SkillKit, task_id: UUID, value: object) -> None:
@@ -210,10 +227,10 @@ async def test_network_error_after_9_of_14_retries_only_the_other_5(
     revoke = [f"revoke:{g}" for g in proposed]
     assert effects == [*revoke[:9], SIMULATED_ERROR_KEY, *revoke[9:]]
     # The failed attempt is a commit of its own, between the first attempt's effects and the retry's.
+    # Each revocation is a checked effect: its start is committed before the call, its result after.
+    first_attempt = [*REVOKED * 9, ["EffectRecorded"]]  # the 9 revocations, then the simulated error
     failed = ["StepAttemptFailed"]
-    assert kit.commits(task_id)[before:] == [
-        *[["EffectRecorded"]] * 10, failed, *[["EffectRecorded"]] * 5, STEP_DONE, REPORT
-    ]
+    assert kit.commits(task_id)[before:] == [*first_attempt, failed, *REVOKED * 5, STEP_DONE, REPORT]
     (attempt,) = kit.events(task_id, Task.StepAttemptFailed)
     assert (attempt.step, attempt.attempt, attempt.cause) == (APPLY_STEP, 1, "error")
     assert attempt.detail.startswith("SimulatedNetworkError: simulated network error after 9 revocations")
@@ -241,23 +258,69 @@ async def test_the_runtime_retry_loop_gets_past_the_simulated_error(
     assert len(revocation_calls(iam_calls, task_id)) == 6
 
 
-async def test_a_crash_between_the_iam_call_and_the_ledger_write_reuses_the_key(
+async def test_a_crash_between_the_iam_call_and_the_record_asks_the_iam_instead_of_posting_again(
     kit: SkillKit, iam_calls: httpx.Client
 ) -> None:
-    task_id, _ = await approved(kit, systems=2, revocations=3)
+    task_id, proposed = await approved(kit, systems=2, revocations=3)
+    first = f"revoke:{proposed[0]}"
 
-    # the first revocation reaches the IAM, then the worker dies before its result is recorded
-    task = await kit.run(task_id, crash_before_commit=1)
+    # commit 1 is the first revocation's EffectStarted; the revocation then reaches the IAM, and the
+    # worker dies instead of saving commit 2, its EffectRecorded
+    task = await kit.run(task_id, crash_before_commit=2)
     assert task.state == TaskState.WORKING
     assert kit.effects(task_id) == {}
+    assert task.effects_started == [first]
+    assert kit.commits(task_id)[-1] == ["EffectStarted"]
+    assert len(revocation_calls(iam_calls, task_id)) == 1
+    before = len(kit.commits(task_id))
 
     task = await kit.run(task_id)
 
     assert task.state == TaskState.COMPLETED
+    assert revocation_checks(iam_calls, task_id) == [f"{task_id}:{first}"]  # that key, and only it
     posts = revocation_calls(iam_calls, task_id)
-    assert [c["applied"] for c in posts] == [True, False, True, True]  # the repeat applied nothing
-    assert posts[0]["idempotency_key"] == posts[1]["idempotency_key"]
-    assert len(revocations_applied(iam_calls)) == 3
+    keys = [f"{task_id}:revoke:{g}" for g in proposed]
+    assert [c["idempotency_key"] for c in posts] == keys  # each revocation posted exactly once
+    assert all(c["applied"] for c in posts)
+    iam = revocations_applied(iam_calls)
+    assert [r["idempotency_key"] for r in iam] == keys
+    assert kit.effects(task_id)[first] == as_recorded(iam[0])  # recorded: what the IAM answered
+    assert [kit.effects(task_id)[f"revoke:{g}"] for g in proposed] == [as_recorded(r) for r in iam]
+    # the checked revocation is recorded without starting again; the other two start, then record
+    assert kit.commits(task_id)[before:] == [["EffectRecorded"], *REVOKED * 2, STEP_DONE, REPORT]
+    assert [e.key for e in kit.events(task_id, Task.EffectStarted)] == [f"revoke:{g}" for g in proposed]
+    assert "## Applied revocations (3)" in artifact_text(task, "report")
+
+
+async def test_a_crash_before_the_iam_call_finds_nothing_and_revokes_once(
+    kit: SkillKit, iam_calls: httpx.Client
+) -> None:
+    task_id, proposed = await approved(kit, systems=2, revocations=3)
+    first = f"revoke:{proposed[0]}"
+
+    # the first revocation's EffectStarted is saved, and the worker dies before calling the IAM
+    task = await kit.run(task_id, crash_after_commit=1)
+    assert task.state == TaskState.WORKING
+    assert task.effects_started == [first]
+    assert kit.commits(task_id)[-1] == ["EffectStarted"]
+    assert revocation_calls(iam_calls, task_id) == []
+    assert revocation_checks(iam_calls, task_id) == []
+    before = len(kit.commits(task_id))
+
+    task = await kit.run(task_id)
+
+    assert task.state == TaskState.COMPLETED
+    key = f"{task_id}:{first}"
+    assert revocation_checks(iam_calls, task_id) == [key]  # the IAM answered 404
+    asked = [(c["method"], c["idempotency_key"]) for c in calls(iam_calls, task_id)]
+    assert asked[asked.index(("GET", key)) + 1] == ("POST", key)  # then fn was called
+    posts = revocation_calls(iam_calls, task_id)
+    keys = [f"{task_id}:revoke:{g}" for g in proposed]
+    assert [c["idempotency_key"] for c in posts] == keys  # fn called once for each, the first included
+    assert all(c["applied"] for c in posts)
+    iam = revocations_applied(iam_calls)
+    assert [kit.effects(task_id)[f"revoke:{g}"] for g in proposed] == [as_recorded(r) for r in iam]
+    assert kit.commits(task_id)[before:] == [["EffectRecorded"], *REVOKED * 2, STEP_DONE, REPORT]
 
 
 async def test_an_unusable_answer_is_asked_again(kit: SkillKit, iam_calls: httpx.Client) -> None:
@@ -366,5 +429,5 @@ def test_builtin_skills_register_together() -> None:
         ("research", 1),
         ("research", 2),
     ]
-    steps = [step.__name__ for step in registry.get("access-review", 1).steps]
+    steps = [step_name(step) for step in registry.get("access-review", 1).steps]
     assert steps == ["plan", "fetch_grants", "analyse", "ask_approval", "apply_revocations", "write_report"]
