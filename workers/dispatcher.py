@@ -57,6 +57,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from domain.clock import Clock
+from domain.retry_policy import RetryPolicy
 from domain.states import TERMINAL
 from domain.task import Task
 from store.deliveries import (
@@ -73,7 +74,6 @@ from store.log import (
     Leader,
     PostgresRunQueueRecorder,
     PushUrlRefusedError,
-    RetryPolicy,
     StoreConfig,
     TaskApplication,
     TaskNotFoundError,

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from store.log.retention import parse_key as parse_key
     from store.log.retry import RESTART_POLICY as RESTART_POLICY
     from store.log.retry import Command as Command
-    from domain.retry_policy import RetryPolicy as RetryPolicy
     from store.log.retry import retry_lost_connection as retry_lost_connection
     from store.log.retry import webhook_retry as webhook_retry
     from store.log.run_queue import RunQueue as RunQueue
@@ -73,7 +72,6 @@ _HOMES = {
     "RelayPosition": "store.log.relay_positions",
     "RetentionNotReachedError": "store.log.errors",
     "RetentionPolicy": "store.log.retention",
-    "RetryPolicy": "domain.retry_policy",
     "RunQueue": "store.log.run_queue",
     "SNAPSHOT_INTERVAL": "store.log.application",
     "SchemaTooNewError": "store.log.migrations",

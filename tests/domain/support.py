@@ -20,7 +20,7 @@ from eventsourcing.persistence import JSONTranscoder
 from typing_extensions import override
 
 from domain.errors import DomainError
-from domain.task import JSON, Task
+from domain.task import JSON, AttemptCause, Task
 from store.log.transcodings import register_domain_transcodings
 
 Command = Callable[[Task, datetime], object]
@@ -186,6 +186,16 @@ def effect(key: str = "revoke:1", result: Any = None, epoch: int = 1) -> Command
     return lambda task, now: task.record_effect(
         epoch=epoch, now=now, key=key, result={"status": 204} if result is None else result
     )
+
+
+def start_effect(key: str = "revoke:1", epoch: int = 1) -> Command:
+    return lambda task, now: task.start_effect(epoch=epoch, now=now, key=key)
+
+
+def fail_attempt(
+    step: int = 0, cause: AttemptCause = "error", detail: str = "ValueError: boom", epoch: int = 1
+) -> Command:
+    return lambda task, now: task.fail_attempt(epoch=epoch, now=now, step=step, cause=cause, detail=detail)
 
 
 def complete(epoch: int = 1) -> Command:

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from domain.errors import DomainError
 from domain.states import INTERRUPTED, TERMINAL, TaskState, can_transition
-from domain.task import Task
+from domain.task import ATTEMPT_CAUSES, AttemptCause, Task
 from tests.domain.support import FIRST_MESSAGE, T0, MemoryStore, state_of, text_message
 
 # Text without lone surrogates (not encodable as UTF-8) and too short to collide with the
@@ -143,15 +143,7 @@ class TaskLifecycle(RuleBasedStateMachine):
             assert state_of(task) == before, "a refused command changed the aggregate"
             return
         new = list(task.collect_events())
-        if len(new) == 2:  # a claim that found a lost worker's lease: its attempt, then the grant
-            lost, granted = new
-            assert isinstance(lost, Task.StepAttemptFailed) and isinstance(granted, Task.LeaseGranted)
-            assert lost.cause == "lease_lost"
-            assert (lost.worker, lost.epoch) == (before["lease_owner"], before["lease_epoch"])
-            assert before["state"] == TaskState.WORKING and self.now >= before["lease_until"]
-        else:
-            assert len(new) <= 1, "every command records at most one event (a claim: two)"
-        failed_before = len(before["failed_attempts"])
+        self.check_attempts(new, before, epoch)
         assert task.version == version + len(new)
         if task.state != source:
             assert can_transition(source, task.state), f"illegal transition {source} -> {task.state}"
@@ -187,26 +179,40 @@ class TaskLifecycle(RuleBasedStateMachine):
             if isinstance(event, Task.EffectRecorded):
                 assert event.key not in self.effect_keys, f"effect {event.key} recorded twice"
                 self.effect_keys.append(event.key)
-            if isinstance(event, Task.StepAttemptFailed):
-                assert event.step == before["next_step"], "an attempt at another step than the next"
-                assert event.attempt == failed_before + 1, "attempts are counted one by one"
-                failed_before += 1
-                if event.cause != "lease_lost":
-                    assert event.epoch == epoch == before["lease_epoch"], "a holder's attempt, fenced"
-                    assert before["lease_owner"] is not None and self.now < before["lease_until"]
             if isinstance(event, Task.LeaseGranted):
                 assert event.epoch == before["lease_epoch"] + 1
                 lease_until = before["lease_until"]
                 assert before["lease_owner"] is None or lease_until is None or self.now >= lease_until, (
                     "granted while another lease was valid"
                 )
-        if new and not any(isinstance(e, Task.StepAttemptFailed) for e in new):
-            if any(isinstance(e, _STEP_EVENTS) for e in new):
-                assert task.failed_attempts == [], "a step outcome starts the count again"
-            else:
-                assert task.failed_attempts == before["failed_attempts"], "only attempts count attempts"
         self.events.extend(new)
         self.app.save(*new)
+
+    def check_attempts(self, new: list[Any], before: dict[str, Any], epoch: int | None) -> None:
+        """Failed attempts: counted one by one, by the holder or by a claim, reset by an outcome."""
+        if len(new) == 2:  # a claim that found a lost worker's lease: its attempt, then the grant
+            lost, granted = new
+            assert isinstance(lost, Task.StepAttemptFailed)
+            assert isinstance(granted, Task.LeaseGranted)
+            assert lost.cause == "lease_lost"
+            assert (lost.worker, lost.epoch) == (before["lease_owner"], before["lease_epoch"])
+            assert before["state"] == TaskState.WORKING
+            assert self.now >= before["lease_until"]
+        else:
+            assert len(new) <= 1, "every command records at most one event (a claim: two)"
+        attempts = [e for e in new if isinstance(e, Task.StepAttemptFailed)]
+        for event in attempts:
+            assert event.step == before["next_step"], "an attempt at another step than the next"
+            assert event.attempt == len(before["failed_attempts"]) + 1, "attempts are counted one by one"
+            if event.cause != "lease_lost":
+                assert event.epoch == epoch == before["lease_epoch"], "a holder's attempt, fenced"
+                assert before["lease_owner"] is not None
+                assert self.now < before["lease_until"]
+        if new and not attempts:
+            if any(isinstance(e, _STEP_EVENTS) for e in new):
+                assert self.task.failed_attempts == [], "a step outcome starts the count again"
+            else:
+                assert self.task.failed_attempts == before["failed_attempts"], "only attempts count"
 
     # ------------------------------------------------------------------ rules: time
 
@@ -328,12 +334,16 @@ class TaskLifecycle(RuleBasedStateMachine):
             lambda: self.task.record_effect(epoch=epoch, now=self.now, key=key, result=result), epoch=epoch
         )
 
-    @rule(pick=epoch_picks, step=step_picks, cause=st.sampled_from(["error", "timeout", "lease_lost"]))
-    def fail_attempt(self, pick: str, step: str | int, cause: str) -> None:
+    @rule(pick=epoch_picks, step=step_picks, cause=st.sampled_from(ATTEMPT_CAUSES))
+    def fail_attempt(self, pick: str, step: str | int, cause: AttemptCause) -> None:
         epoch, index = self.epoch(pick), self.step(step)
         self.attempt(
             lambda: self.task.fail_attempt(
-                epoch=epoch, now=self.now, step=index, cause=cause, detail="d"  # type: ignore[arg-type]
+                epoch=epoch,
+                now=self.now,
+                step=index,
+                cause=cause,
+                detail="d",
             ),
             epoch=epoch,
         )

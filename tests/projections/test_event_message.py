@@ -38,6 +38,7 @@ from tests.domain.support import (
     expire,
     extend,
     fail,
+    fail_attempt,
     grant,
     progress,
     reject,
@@ -45,6 +46,7 @@ from tests.domain.support import (
     remove_push,
     save,
     set_push,
+    start_effect,
     step,
     submit,
 )
@@ -70,7 +72,7 @@ def every_event_type() -> list[Any]:
                  release(), grant(), step(0, epoch=2), complete(epoch=2), expire()),
         *_events(grant(), ask(), answer(), grant(), ask(1, epoch=2, auth=True, on_deadline="cancel"),
                  cancel()),
-        *_events(grant(), fail()),
+        *_events(grant(), start_effect(), fail_attempt(), fail()),
         *_events(grant(), reject()),
     ]  # fmt: skip
 
