@@ -69,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
         "retrying", help="list working tasks whose current step failed (attempts so far, last failure)"
     )
     retrying.add_argument(
-        "--limit", type=int, default=100, help="list at most this many, newest first (default: %(default)s)"
+        "--limit",
+        type=_count,
+        default=100,
+        help="list at most this many, newest first (default: %(default)s)",
     )
     sub.add_parser("migrate", help="apply pending schema migrations; print them and the schema version")
     keys = sub.add_parser("keys", help="API keys: mint one for a tenant and print its key file line")
@@ -131,6 +134,16 @@ def _version(text: str) -> int:
     if version < 1:
         raise argparse.ArgumentTypeError(f"{version} is not a version: versions start at 1")
     return version
+
+
+def _count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count: a whole number from 1") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count} is not a count: list at least 1")
+    return count
 
 
 def _since(text: str) -> datetime:

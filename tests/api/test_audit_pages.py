@@ -125,6 +125,22 @@ class TestTheTaskPage:
         assert "client default" in response.text
         assert "effect revoke:alice recorded" in response.text
 
+    async def test_each_failed_attempt_is_a_row_with_its_worker_epoch_and_cause(
+        self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+    ) -> None:
+        sent = await _send(http, user_message("go"))
+        task_id = UUID(sent["id"])
+        await advance.wait_exists(task_id)
+        task, epoch = advance._leased(task_id)
+        task.fail_attempt(epoch=epoch, now=advance.clock(), step=0, cause="timeout", detail=f"late {HOSTILE}")
+        store.save_tasks(task)
+
+        page = (await http.get(f"/audit/tasks/{task_id}")).text
+
+        assert (task.version, "StepAttemptFailed") in _rows(page)
+        assert f"attempt 1 at step 0 by test-worker (epoch {epoch}) failed: timeout: late" in page
+        assert HOSTILE not in page, "the detail is escaped like every value from the log"
+
     async def test_the_verification_of_a_memory_store_is_its_chain_alone(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
     ) -> None:
