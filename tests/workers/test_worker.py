@@ -209,3 +209,6 @@ async def test_a_worker_counts_its_claims_and_times_its_steps(
     assert sample("longhaul_worker_step_seconds_count", skill="fine", outcome="Continue") == 1
     assert sample("longhaul_worker_step_seconds_count", skill="fine", outcome="Complete") == 1
     assert sample("longhaul_worker_step_seconds_count", skill="flaky", outcome="error") == 2
+    assert sample("longhaul_worker_step_attempts_failed_total", skill="flaky", cause="error") == 2
+    assert sample("longhaul_worker_tasks_failed_by_policy_total", skill="flaky") == 1
+    assert sample("longhaul_worker_step_attempts_failed_total", skill="fine", cause="error") is None
