@@ -8,8 +8,9 @@ survives any crash and any number of workers; these functions decide from that c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from domain.messages import agent_message
 from domain.retry_policy import RetryPolicy
 from domain.skill import BoundedStep, Skill, step_name
 from domain.task import AttemptCause, Task
@@ -89,3 +90,32 @@ def describe_error(error: BaseException, secrets: list[str]) -> str:
     if len(text) > DETAIL_LIMIT:
         text = text[: DETAIL_LIMIT - 1] + "…"
     return text
+
+
+def record_failed_attempt(
+    task: Task,
+    *,
+    epoch: int,
+    now: datetime,
+    rules: StepRules,
+    cause: AttemptCause,
+    detail: str,
+    retried: bool,
+    message_id: str,
+) -> int:
+    """Record a failed attempt at step ``rules.index`` (fenced by ``epoch``); returns its number.
+
+    When the policy allows no more attempts (or ``retried`` is false: an error it never retries),
+    the task fails in the same commit, its status message saying why.
+
+    Raises:
+        LeaseLostError: The lease no longer holds (and nothing was recorded).
+    """
+    attempt = task.fail_attempt(epoch=epoch, now=now, step=rules.index, cause=cause, detail=detail)
+    if retried and not attempts_spent(task, rules.retry):
+        return attempt
+    reason = (
+        spent_reason(rules, task.failed_attempts, detail) if retried else never_retried_reason(rules, detail)
+    )
+    task.fail(epoch=epoch, now=now, reason=reason, message=agent_message(task, reason, message_id=message_id))
+    return attempt

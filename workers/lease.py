@@ -4,7 +4,8 @@
 applied to that copy and saved in one transaction at the copy's version, through the
 application's ``commit_leased`` (the one conflict-retry executor, saving via the worker's group
 committer); a step's outcome goes through the application's named use case ``commit_step``,
-which builds that command from ``domain.outcomes.apply_outcome``:
+which builds that command from ``domain.outcomes.apply_outcome``, and a failed attempt through
+``commit_failed_attempt`` (``domain.attempts.record_failed_attempt``):
 
 - ``ConflictError``: someone appended first (a client message, a push config, a cancel). The
   copy is reloaded and the command re-applied; the command's own lease check decides whether
@@ -21,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from domain.attempts import StepRules
 from domain.clock import Clock
 from domain.errors import LeaseLostError
 from domain.skill import StepOutcome
-from domain.task import Task, lease_end
+from domain.task import AttemptCause, Task, lease_end
 from store.log import Command, TaskApplication
 from workers.committer import Committer
 
@@ -122,6 +124,23 @@ class LeasedTask:
                 steps_total=steps_total,
                 max_pause=max_pause,
                 lease_seconds=self.lease_seconds,
+                clock=self.clock,
+                save=self.committer.save,
+            )
+        )
+
+    async def commit_failed_attempt(
+        self, rules: StepRules, cause: AttemptCause, detail: str, *, retried: bool
+    ) -> Task:
+        """Record a failed attempt (the application's ``commit_failed_attempt``) under this lease."""
+        return await self._commit(
+            lambda task: self.store.commit_failed_attempt(
+                task,
+                epoch=self.epoch,
+                rules=rules,
+                cause=cause,
+                detail=detail,
+                retried=retried,
                 clock=self.clock,
                 save=self.committer.save,
             )

@@ -20,18 +20,15 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from uuid import uuid4
 
 from domain.attempts import (
     StepRules,
     attempts_spent,
     describe_error,
-    never_retried_reason,
     rules_for,
     spent_reason,
 )
 from domain.errors import LeaseLostError
-from domain.messages import agent_message
 from domain.retry_policy import RetryPolicy
 from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
@@ -252,29 +249,8 @@ class TaskRunner:
         With ``wait``, the runner then holds the lease through the policy's pause before the
         next attempt.
         """
-        attempt = 0
-        spent = False
-
-        def record(task: Task, now: datetime) -> None:
-            nonlocal attempt, spent
-            attempt = task.fail_attempt(
-                epoch=self.lease.epoch, now=now, step=rules.index, cause=cause, detail=detail
-            )
-            spent = not retried or attempts_spent(task, rules.retry)
-            if spent:
-                reason = (
-                    spent_reason(rules, task.failed_attempts, detail)
-                    if retried
-                    else never_retried_reason(rules, detail)
-                )
-                task.fail(
-                    epoch=self.lease.epoch,
-                    now=now,
-                    reason=reason,
-                    message=agent_message(task, reason, message_id=_message_id()),
-                )
-
-        await self.lease.commit(record)
+        task = await self.lease.commit_failed_attempt(rules, cause, detail, retried=retried)
+        attempt, spent = len(task.failed_attempts), task.is_terminal
         log.warning(
             "task %s %s: attempt %d failed (%s): %s", self.lease.task_id, rules.label, attempt, cause, detail
         )
@@ -299,15 +275,7 @@ class TaskRunner:
             await self.pacing.sleep_until(min(moment, self.lease.renewal_due()))
 
     async def _fail_by_policy(self, rules: StepRules, reason: str) -> None:
-        def fail(task: Task, now: datetime) -> None:
-            task.fail(
-                epoch=self.lease.epoch,
-                now=now,
-                reason=reason,
-                message=agent_message(task, reason, message_id=_message_id()),
-            )
-
-        await self.lease.commit(fail)
+        await self._commit_step(rules.index, Fail(reason))
         log.warning("task %s failed: %s", self.lease.task_id, reason)
         if self.metrics is not None:
             self.metrics.failed_by_policy(self.skill.name)
@@ -334,10 +302,6 @@ class TaskRunner:
 
     def _finish_without_outcome(self, task: Task, now: datetime) -> None:
         task.complete(epoch=self.lease.epoch, now=now, message=None)
-
-
-def _message_id() -> str:
-    return str(uuid4())
 
 
 def _revealed(sealed: JSON, revealed: JSON) -> list[str]:

@@ -35,13 +35,14 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 from typing_extensions import override
 
+from domain.attempts import StepRules, record_failed_attempt
 from domain.clock import Clock
 from domain.errors import NotPausedError, PauseDeadlinePassedError
 from domain.messages import agent_message
 from domain.outcomes import apply_outcome
 from domain.skill import Skill, StepOutcome
 from domain.states import TaskState
-from domain.task import Task, lease_end
+from domain.task import AttemptCause, Task, lease_end
 from store.evidence.merkle_log import MerkleLog
 from store.log import migrations
 from store.log.config import MemoryConfig, StoreConfig, memory_env, postgres_env
@@ -731,6 +732,42 @@ class TaskApplication(Application[UUID]):
                 steps_total=steps_total,
                 max_pause=max_pause,
                 lease_until=lease_end(now, lease_seconds),
+                message_id=str(uuid4()),
+            )
+
+        return await self.commit_leased(task, command, clock=clock, save=save)
+
+    async def commit_failed_attempt(
+        self,
+        task: Task,
+        *,
+        epoch: int,
+        rules: StepRules,
+        cause: AttemptCause,
+        detail: str,
+        retried: bool,
+        clock: Clock,
+        save: AsyncSave,
+    ) -> Task:
+        """Record that an attempt at step ``rules.index`` failed (raised or timed out), fenced.
+
+        The use case a failed attempt ends in: ``domain.attempts.record_failed_attempt`` (which
+        fails the task too once the step's policy is spent) in one fenced commit through
+        ``commit_leased``. A worker that died records nothing: the next claim does (``claim``).
+
+        Raises:
+            LeaseLostError: The lease no longer holds (nothing was recorded).
+        """
+
+        def command(copy: Task, now: datetime) -> None:
+            record_failed_attempt(
+                copy,
+                epoch=epoch,
+                now=now,
+                rules=rules,
+                cause=cause,
+                detail=detail,
+                retried=retried,
                 message_id=str(uuid4()),
             )
 
