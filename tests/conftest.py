@@ -48,6 +48,26 @@ PROCESS_FIXTURES = frozenset({"cluster"})
 SERVICE_FIXTURES = frozenset({"database_url", "nats_url"})
 
 
+UNIT_LANE = "unit"
+"""``uv run pytest -m unit``: the fast lane, run on every core (pytest-xdist)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Spread the unit lane over every core, unless the command chose (``-n 0``: one process).
+
+    Unit tests share nothing but the processor (no server, no port, no process), so they run in
+    any order on any worker; ``worksteal`` keeps both cores busy to the end. The other lanes and
+    the whole suite run in one process: their crash tests time real processes on this machine's
+    two cores.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") or config.option.markexpr != UNIT_LANE:
+        return
+    if config.getoption("numprocesses", None) is None and not config.option.collectonly:
+        config.option.numprocesses = "auto"
+        config.option.dist = "worksteal"
+
+
 def test_kind(item: pytest.Item) -> str:
     """``process`` (starts processes), ``integration`` (PostgreSQL or NATS) or ``unit`` (neither).
 
