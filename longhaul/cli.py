@@ -126,24 +126,23 @@ def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
-def _version(text: str) -> int:
-    try:
-        version = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a version: a whole number from 1") from None
-    if version < 1:
-        raise argparse.ArgumentTypeError(f"{version} is not a version: versions start at 1")
-    return version
+def _from_one(what: str) -> Callable[[str], int]:
+    """An argument type: a whole number from 1, called ``what`` in its errors."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: a whole number from 1") from None
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{number} is not a {what}: {what}s start at 1")
+        return number
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count: a whole number from 1") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{count} is not a count: list at least 1")
-    return count
+_version = _from_one("version")
+_count = _from_one("count")
 
 
 def _since(text: str) -> datetime:
