@@ -75,7 +75,11 @@ def test_every_event_is_a_line_with_its_actor(cli: Cli, audited: AuditedTask) ->
         (False, True, False),
         (False, False, True),
     ]
-    assert sum("worker w-2 (epoch 2)" in line for line in lines) == PROGRESS_REPORTS + 1
+    # w-2's claim, its progress reports, and its attempt that w-3's claim found lost (w-2 was killed).
+    assert sum("worker w-2 (epoch 2)" in line for line in lines) == 1 + PROGRESS_REPORTS + 1
+    (lost,) = [line for line in lines if " StepAttemptFailed " in line]
+    assert "worker w-2 (epoch 2)" in lost
+    assert '"cause": "lease_lost"' in lost
     assert "secret-token" not in out
 
 
