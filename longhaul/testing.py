@@ -112,8 +112,8 @@ class KitPacing:
         """The kit's time."""
         return self.clock.now
 
-    async def sleep_until(self, moment: datetime) -> None:
-        """Move the clock to ``moment``."""
+    async def sleep_until(self, moment: datetime, interrupt: asyncio.Future[Any] | None = None) -> None:
+        """Move the clock to ``moment`` (nothing to wait for: ``interrupt`` cannot come first)."""
         self.clock.now = max(self.clock.now, moment)
         await asyncio.sleep(0)
 

@@ -21,8 +21,8 @@ class Pacing(Protocol):
         """The clock's time."""
         ...
 
-    async def sleep_until(self, moment: datetime) -> None:
-        """Return at ``moment`` (at once if it has passed)."""
+    async def sleep_until(self, moment: datetime, interrupt: asyncio.Future[Any] | None = None) -> None:
+        """Return at ``moment`` (at once if it has passed), or sooner when ``interrupt`` is done."""
         ...
 
     async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
@@ -40,9 +40,13 @@ class ClockPacing:
         """The clock's time."""
         return self.clock()
 
-    async def sleep_until(self, moment: datetime) -> None:
-        """Sleep until ``moment``."""
-        await asyncio.sleep(max(0.0, (moment - self.clock()).total_seconds()))
+    async def sleep_until(self, moment: datetime, interrupt: asyncio.Future[Any] | None = None) -> None:
+        """Sleep until ``moment``, or until ``interrupt`` is done."""
+        seconds = max(0.0, (moment - self.clock()).total_seconds())
+        if interrupt is None:
+            await asyncio.sleep(seconds)
+        else:
+            await asyncio.wait({interrupt}, timeout=seconds)
 
     async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
         """Wait for ``future``, at most until ``until``."""

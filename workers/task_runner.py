@@ -266,13 +266,17 @@ class TaskRunner:
         return True
 
     async def _hold_until(self, moment: datetime) -> None:
-        """Keep the lease (renewing it) until ``moment``; a drain ends the wait."""
-        while (now := self.pacing.now()) < moment:
-            if self.draining.is_set():
-                raise DrainRequestedError
-            if now >= self.lease.renewal_due():
-                await self.lease.renew()
-            await self.pacing.sleep_until(min(moment, self.lease.renewal_due()))
+        """Keep the lease (renewing it) until ``moment``; a drain ends the wait at once."""
+        drained = asyncio.ensure_future(self.draining.wait())
+        try:
+            while (now := self.pacing.now()) < moment:
+                if self.draining.is_set():
+                    raise DrainRequestedError
+                if now >= self.lease.renewal_due():
+                    await self.lease.renew()
+                await self.pacing.sleep_until(min(moment, self.lease.renewal_due()), drained)
+        finally:
+            drained.cancel()
 
     async def _fail_by_policy(self, rules: StepRules, reason: str) -> None:
         await self._commit_step(rules.index, Fail(reason))

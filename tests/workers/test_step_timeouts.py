@@ -71,3 +71,38 @@ async def test_a_step_that_commits_outlives_its_timeout_and_a_silent_one_times_o
     (timed_out,) = [e for e in store.history(quiet.id) if isinstance(e, Task.StepAttemptFailed)]
     assert timed_out.cause == "timeout"
     assert timed_out.detail == "step 0 (silent) ran past its timeout of 0.6 s"
+
+
+async def failing(ctx: StepContext) -> StepOutcome:
+    raise ConnectionError("down")
+
+
+async def test_a_drain_ends_the_pause_before_the_next_attempt_at_once(
+    postgres_store: TaskApplication,
+) -> None:
+    store = postgres_store
+    worker = Worker(
+        store=store,
+        registry=SkillRegistry([Skill("failing", 1, [failing])]),
+        clock=_clock,
+        config=WorkerConfig(worker_id="w", lease_seconds=30, concurrency=1, grace_seconds=5),
+        policy=RunPolicy(
+            max_pause=timedelta(days=1),
+            step_retry=RetryPolicy(max_attempts=5, first_delay_s=60, max_delay_s=60),  # 30-60 s
+        ),
+    )
+    task = new_task(_clock(), skill="failing", version=1, text="go")
+    store.save_tasks(task)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    for _ in range(200):
+        if await asyncio.to_thread(lambda: store.get(task.id).failed_attempts):
+            break
+        await asyncio.sleep(0.05)
+
+    stop.set()
+    await asyncio.wait_for(running, timeout=3)  # not the pause's 30 s, nor the grace's 5 s
+
+    history = store.history(task.id)
+    assert [type(e).__name__ for e in history][-2:] == ["StepAttemptFailed", "LeaseReleased"]
+    assert store.get(task.id).state == TaskState.WORKING, "another worker takes it over at once"
