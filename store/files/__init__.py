@@ -1,0 +1,31 @@
+"""Files of any size, kept by reference: content-addressed by SHA-256 in a directory or an S3 bucket.
+
+The rest of longhaul imports this package's names from here, never from its modules. The names
+load on first use, as every store face's do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.files.object_files import FileNotStoredError as FileNotStoredError
+    from store.files.object_files import FileStore as FileStore
+    from store.files.object_files import StoredFile as StoredFile
+    from store.files.object_files import address as address
+
+_HOMES = {
+    "FileNotStoredError": "store.files.object_files",
+    "FileStore": "store.files.object_files",
+    "StoredFile": "store.files.object_files",
+    "address": "store.files.object_files",
+}
+"""Each public name, and the module that defines it."""
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name not in _HOMES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(_HOMES[name]), name)

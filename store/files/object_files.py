@@ -1,0 +1,142 @@
+"""Files kept by reference: content-addressed by SHA-256 in an object store.
+
+One ``obstore`` store serves every backend: a directory (``file:///...``, what ``longhaul up``
+uses) or any S3-compatible bucket (``s3://bucket/prefix``, credentials and endpoint the usual AWS
+way: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``).
+
+A file is written in constant memory: its bytes stream to a temporary object under ``incoming/``
+while their hash is computed, and only then move to their address ``sha256/<2 hex>/<64 hex>``. A
+writer that dies mid-upload leaves no file at any address (at most a temporary object, which
+``remove_incoming`` deletes once it is old); a file already stored is not stored again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import uuid4
+
+import obstore
+from obstore.store import ObjectStore, from_url
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+INCOMING = "incoming"
+STORED = "sha256"
+
+
+class FileNotStoredError(LookupError):
+    """No file with this hash is in the store."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file in the store: the SHA-256 of its bytes (hex) and their count."""
+
+    sha256: str
+    size: int
+
+
+def address(sha256: str) -> str:
+    """Where a file with this hash is kept: ``sha256/ab/ab12...``."""
+    if not SHA256.match(sha256):
+        raise ValueError(f"{sha256!r} is not a SHA-256 in lower-case hex")
+    return f"{STORED}/{sha256[:2]}/{sha256}"
+
+
+class FileStore:
+    """Content-addressed files in one object store (``from_url``)."""
+
+    def __init__(self, store: ObjectStore, url: str) -> None:
+        self.store = store
+        self.url = url
+
+    @classmethod
+    def from_url(cls, url: str, **config: Any) -> FileStore:
+        """The store at ``url``: ``file:///abs/dir`` (created if missing) or ``s3://bucket/prefix``."""
+        if url.startswith("file://"):
+            config = {"mkdir": True, **config}
+        return cls(from_url(url, **config), url)
+
+    async def put(self, chunks: AsyncIterable[bytes]) -> StoredFile:
+        """Store the bytes ``chunks`` yields, in constant memory; their hash is their address."""
+        digest = hashlib.sha256()
+        size = 0
+
+        async def hashed() -> AsyncIterator[bytes]:
+            nonlocal size
+            async for chunk in chunks:
+                digest.update(chunk)
+                size += len(chunk)
+                yield bytes(chunk)
+
+        temporary = f"{INCOMING}/{uuid4().hex}"
+        try:
+            await obstore.put_async(self.store, temporary, hashed())
+            stored = StoredFile(digest.hexdigest(), size)
+            if await self.size(stored.sha256) is None:
+                await obstore.rename_async(self.store, temporary, address(stored.sha256))
+                return stored
+        except BaseException:
+            await self._forget(temporary)
+            raise
+        await self._forget(temporary)  # the same bytes were stored before: keep one copy
+        return stored
+
+    async def read(self, sha256: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+        """The file's bytes from ``start`` up to ``end`` (exclusive; ``None``: its end), streamed.
+
+        Raises:
+            FileNotStoredError: No such file.
+        """
+        options: GetOptions | None = None
+        if end is not None:
+            options = {"range": (start, end)}
+        elif start:
+            options = {"range": {"offset": start}}
+        try:
+            result = await obstore.get_async(self.store, address(sha256), options=options)
+        except FileNotFoundError as error:
+            raise FileNotStoredError(sha256) from error
+        async for chunk in result.stream():
+            yield bytes(chunk)
+
+    async def size(self, sha256: str) -> int | None:
+        """The file's size, or ``None`` when it is not stored."""
+        try:
+            meta = await obstore.head_async(self.store, address(sha256))
+        except FileNotFoundError:
+            return None
+        return int(meta["size"])
+
+    async def delete(self, sha256: str) -> None:
+        """Remove the file (nothing happens when it is not stored)."""
+        await self._forget(address(sha256))
+
+    async def hashes(self) -> AsyncIterator[str]:
+        """The hash of every stored file, in no particular order."""
+        async for batch in obstore.list(self.store, prefix=STORED):
+            for meta in batch:
+                name = str(meta["path"]).rsplit("/", 1)[-1]
+                if SHA256.match(name):
+                    yield name
+
+    async def remove_incoming(self, older_than: datetime) -> int:
+        """Delete the temporary objects of uploads that began before ``older_than``; returns how many."""
+        old = []
+        async for batch in obstore.list(self.store, prefix=INCOMING):
+            old += [str(meta["path"]) for meta in batch if meta["last_modified"] < older_than]
+        for path in old:
+            await self._forget(path)
+        return len(old)
+
+    async def _forget(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await obstore.delete_async(self.store, path)
