@@ -58,6 +58,10 @@ class RunPolicy:
     step_timeout: timedelta = DEFAULT_STEP_TIMEOUT
 
 
+RENEW_RETRY = timedelta(seconds=1)
+"""How soon a renewal that failed (not refused: the database away) is tried again."""
+
+
 class StepTimedOutError(Exception):
     """The step neither returned nor committed within its timeout (and was cancelled)."""
 
@@ -215,6 +219,11 @@ class TaskRunner:
                 except LeaseLostError:
                     step.cancel()
                     raise
+                except Exception as error:  # noqa: BLE001 - the database away: the step runs on
+                    log.warning(
+                        "task %s: renewing the lease failed, again in 1 s: %r", self.lease.task_id, error
+                    )
+                    await self.pacing.wait(step, now + RENEW_RETRY)
 
     async def _time_out(self, step: asyncio.Task[StepOutcome], rules: StepRules) -> StepOutcome:
         """Cancel ``step`` at its timeout; a step that ignores that loses its worker's lease."""

@@ -222,3 +222,28 @@ async def test_run_sync_runs_blocking_code_in_another_thread() -> None:
     assert task.state == TaskState.COMPLETED
     assert seen[0] != threading.get_ident()
     assert seen[1] == [3, 2, 1]
+
+
+async def test_a_renewal_that_fails_is_tried_again_and_the_step_runs_on() -> None:
+    async def slow(ctx: StepContext) -> StepOutcome:
+        await asyncio.sleep(0.1)  # long enough, with skip_time, for several renewals
+        return Complete(message="done")
+
+    kit = SkillKit(Skill("slow", 1, [slow]))
+    save_each = kit.app.save_each
+    failed: list[str] = []
+
+    def flaky_save(*tasks: Task) -> list[Exception | None]:
+        renewals = [t for t in tasks if any(isinstance(e, Task.LeaseExtended) for e in t.pending_events)]
+        if renewals and not failed:
+            failed.append("renewal")
+            raise OSError("the database went away")
+        return save_each(*tasks)
+
+    kit.app.save_each = flaky_save  # type: ignore[method-assign]
+    task = await kit.run(kit.submit("slow"), skip_time=True)
+
+    assert failed == ["renewal"]
+    assert task.state == TaskState.COMPLETED
+    assert kit.events(task.id, Task.StepAttemptFailed) == []
+    assert kit.events(task.id, Task.LeaseExtended), "the next renewal went through"
