@@ -1,4 +1,4 @@
-"""The "Testing a skill" example of docs/skills.md passes as is, run by pytest as a user runs it."""
+"""The "Testing a skill" examples of docs/skills.md pass as they are, run by pytest as a user runs them."""
 
 from __future__ import annotations
 
@@ -10,17 +10,21 @@ ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Testing a skill"
 
 
-def example_file() -> str:
-    """The first Python block of the section: the complete test file the doc offers."""
+def example_files() -> list[str]:
+    """The Python blocks of the section: each a complete test file the doc offers."""
     doc = (ROOT / "docs" / "skills.md").read_text()
     section = doc[doc.index(SECTION) :]
-    start = section.index("```python\n") + len("```python\n")
-    return section[start : section.index("```\n", start)]
+    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    blocks = section.split("```python\n")[1:]
+    return [block[: block.index("```\n")] for block in blocks]
 
 
-def test_the_testing_a_skill_example_passes_as_is(tmp_path: Path) -> None:
-    path = tmp_path / "test_change_skill.py"
-    path.write_text(example_file())
+def test_the_testing_a_skill_examples_pass_as_they_are(tmp_path: Path) -> None:
+    files = example_files()
+    assert len(files) == 2
+    for number, text in enumerate(files):
+        (tmp_path / f"test_doc_example_{number}.py").write_text(text)
+    path = tmp_path
 
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pyproject.toml", str(path)],
@@ -32,4 +36,4 @@ def test_the_testing_a_skill_example_passes_as_is(tmp_path: Path) -> None:
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout, done.stdout
+    assert "4 passed" in done.stdout, done.stdout
