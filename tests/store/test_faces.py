@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FACES = ["store.log", "store.evidence", "store.deliveries", "store.secrets", "store.public_form", "store.files"]
+FACES = [
+    "store.log",
+    "store.evidence",
+    "store.deliveries",
+    "store.secrets",
+    "store.public_form",
+    "store.files",
+]
 
 
 def _homes(face: str) -> dict[str, str]:
