@@ -51,6 +51,7 @@ class LeasedTask:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.lost: LeaseLostError | None = None
+        self._renew_ahead = timedelta(seconds=lease_seconds * 2 / 3)
         self.last_beat: datetime = clock()
         """When the running step last committed (a checkpoint, an effect, a chunk, progress): its
         heartbeat, from which its timeout counts (renewals are no heartbeat)."""
@@ -77,7 +78,7 @@ class LeasedTask:
 
     def renewal_due(self) -> datetime:
         """When the lease should be renewed: once a third of it is used."""
-        return self.ends - timedelta(seconds=self.lease_seconds * 2 / 3)
+        return self.ends - self._renew_ahead
 
     def beat(self) -> None:
         """The running step committed: its timeout starts again."""

@@ -49,5 +49,24 @@ class ClockPacing:
             await asyncio.wait({interrupt}, timeout=seconds)
 
     async def wait(self, future: asyncio.Future[Any], until: datetime) -> None:
-        """Wait for ``future``, at most until ``until``."""
-        await asyncio.wait({future}, timeout=max(0.0, (until - self.clock()).total_seconds()))
+        """Wait for ``future``, at most until ``until``: one done-callback and one timer.
+
+        What ``asyncio.wait`` does for one future, without its set and checks: this runs once per
+        step, on the path of every step commit.
+        """
+        if future.done():
+            return
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        future.add_done_callback(wake)
+        timer = loop.call_later(max(0.0, (until - self.clock()).total_seconds()), wake)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            future.remove_done_callback(wake)

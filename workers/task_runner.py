@@ -89,6 +89,7 @@ class TaskRunner:
         self.aborting = False
         self.abandoned = abandoned if abandoned is not None else set()
         """Steps that ignored their cancellation, still running; kept so they are not collected."""
+        self._rules: dict[int, StepRules] = {}
 
     async def run(self) -> None:
         """Run steps until the task leaves the worker's hands."""
@@ -101,8 +102,14 @@ class TaskRunner:
             log.info("task %s: lease released for shutdown", self.lease.task_id)
 
     def rules(self, index: int) -> StepRules:
-        """The retry policy and timeout of step ``index``."""
-        return rules_for(self.skill, index, retry=self.policy.step_retry, timeout=self.policy.step_timeout)
+        """The retry policy and timeout of step ``index`` (worked out once per step of this run)."""
+        rules = self._rules.get(index)
+        if rules is None:
+            rules = rules_for(
+                self.skill, index, retry=self.policy.step_retry, timeout=self.policy.step_timeout
+            )
+            self._rules[index] = rules
+        return rules
 
     async def _run_steps(self) -> None:
         while await self._next_step():
