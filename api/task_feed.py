@@ -486,14 +486,16 @@ class TaskFeed:
         client) gets ``FeedOverflowError`` at its next read instead; None lets them queue.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        await self._subscribed()
-        self._idle_since = None  # the idle time counts from the last follower's leaving
         inbox = _Inbox(max_pending)
         pending, push = inbox.pending, inbox.push
         key = str(task_id)
+        # The follower counts from now, before the subscription is made: the idle watch never
+        # drops a subscription made for a follower still on its way.
         self._followers.setdefault(key, set()).add(push)
+        self._idle_since = None  # the idle time counts from the last follower's leaving
         order = FeedOrder(self._log.reader(task_id, tenant), after_version)
         try:
+            await self._subscribed()
             first_live = next((m for m in pending if m is not _RESYNC and m["version"] > after_version), None)
             up_to = None if first_live is None else first_live["version"] - 1
             async for page in order.pages(up_to):
