@@ -62,6 +62,19 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="SIGTERM: time for running steps to commit."
     )
     data_dir: Path = Field(default=Path(".longhaul"), description="Embedded services' data.")
+    file_store_url: str | None = Field(
+        default=None,
+        description=(
+            "Where files (artifacts, uploads) are kept: file:///dir or s3://bucket/prefix (credentials,"
+            " region and endpoint the usual AWS way). Unset: LONGHAUL_DATA_DIR/files."
+        ),
+    )
+    file_inline_max_bytes: int = Field(
+        default=16384,
+        ge=0,
+        le=1048576,
+        description="A file a step writes of at most this many bytes is kept inline in its event (raw).",
+    )
     default_skill: str = Field(default="echo", description="Skill for messages that name none.")
     max_pause: timedelta = Field(
         default=timedelta(days=7), description="Deadline of a pause that names none."

@@ -51,6 +51,7 @@ from store.log import (
     TaskApplication,
     webhook_retry,
 )
+from store.files import FileStore
 from store.public_form import NatsNames
 from workers.dispatcher import DispatchConfig, Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
@@ -411,6 +412,15 @@ async def gateway_app(
     finally:
         if feed is not None:
             await feed.close()
+
+
+def file_store(settings: Settings) -> FileStore:
+    """The file store: ``LONGHAUL_FILE_STORE_URL``, else a directory under the data directory."""
+    url = settings.file_store_url or (settings.data_dir / "files").resolve().as_uri()
+    try:
+        return FileStore.from_url(url)
+    except (ValueError, OSError) as error:
+        raise ConfigurationError(f"LONGHAUL_FILE_STORE_URL={url}: {_first_line(error)}") from None
 
 
 def build_worker(settings: Settings, store: TaskApplication, metrics: WorkerMetrics | None = None) -> Worker:
