@@ -27,6 +27,10 @@ SCHEME = "longhaul-file:sha256:"
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
+class UnreadableFileError(ValueError):
+    """A file part a step cannot read: no bytes, no file, or a URL the SSRF guard refuses."""
+
+
 @dataclass(frozen=True)
 class FileRef:
     """A stored file, as a part names it."""

@@ -8,14 +8,18 @@ after any crash, so a step must be restartable from its checkpoint alone.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from domain.retry_policy import RetryPolicy
 
 JSON = dict[str, Any]
+
+FileContent = AsyncIterable[bytes] | Path | bytes
+"""What a step may write as a file: chunks as they come, a file on disk, or bytes in hand."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -96,6 +100,42 @@ class StepContext(Protocol):
         With ``checkpoint``, the chunk and the new checkpoint are one commit: a step that emits
         chunk by chunk resumes after the last chunk it committed and never sends one twice. With
         ``progress``, a progress message is part of that commit too.
+        """
+        ...
+
+    async def emit_file(
+        self,
+        content: FileContent,
+        *,
+        filename: str,
+        media_type: str = "application/octet-stream",
+        artifact_id: str | None = None,
+        append: bool = False,
+        last_chunk: bool = True,
+        checkpoint: JSON | None = None,
+        progress: str | None = None,
+    ) -> JSON:
+        """Keep ``content`` in the file store, in constant memory, and commit it as an artifact.
+
+        The artifact (``artifact_id``, by default ``filename``) gets one file part that names the
+        bytes by their SHA-256 and size, with ``media_type`` and ``filename``; the hash is in the
+        event, so the task's hash chain covers the bytes. Clients see the part with a URL to
+        fetch them. A file of at most ``LONGHAUL_FILE_INLINE_MAX_BYTES`` stays inline (a ``raw``
+        part). ``append``, ``last_chunk``, ``checkpoint`` and ``progress`` are those of
+        ``emit_artifact``: a step that writes a large file chunk by chunk commits each chunk with
+        its checkpoint and resumes after the last one. Returns the part as committed.
+
+        A worker killed before the commit leaves no reference to the bytes; the re-run stores
+        the same bytes at the same address, once.
+        """
+        ...
+
+    def read_file(self, part: JSON) -> AsyncIterator[bytes]:
+        """The bytes of a file part a client sent (a message's part), streamed in chunks.
+
+        A file the client uploaded to longhaul is read from the file store, inline ``raw`` bytes
+        are decoded, and any other ``http(s)`` URL is fetched, only from public addresses (the
+        SSRF guard of webhooks).
         """
         ...
 

@@ -42,7 +42,9 @@ from domain.retry_policy import RetryPolicy
 from domain.skill import JSON, BoundedStep, Skill, SkillRegistry, Step, StepContext, StepFunction, StepOutcome
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
+from store.files import FileStore
 from store.log import MemoryConfig, TaskApplication
+from workers.step_files import StepFiles
 from workers.sweeper import Sweeper
 from workers.task_runner import DEFAULT_STEP_TIMEOUT, RunPolicy
 from workers.worker import Worker, WorkerConfig
@@ -194,6 +196,9 @@ class SkillKit:
             none of their own (``LONGHAUL_STEP_TIMEOUT``).
         retention: How long an ended task is kept before ``sweep`` expires it.
         timeout_s: Real seconds one ``run`` may take before the kit gives up.
+        file_inline_max_bytes: The largest file a step writes that stays inline in its event
+            (``LONGHAUL_FILE_INLINE_MAX_BYTES``); larger ones go to the kit's file store, in
+            memory, which ``file_bytes`` reads.
     """
 
     def __init__(
@@ -206,6 +211,7 @@ class SkillKit:
         step_timeout: timedelta = DEFAULT_STEP_TIMEOUT,
         retention: timedelta = timedelta(days=30),
         timeout_s: float = 30.0,
+        file_inline_max_bytes: int = 16384,
     ) -> None:
         if not skills:
             raise ValueError("a SkillKit needs at least one skill")
@@ -222,6 +228,7 @@ class SkillKit:
         self.lease_seconds = lease_seconds
         self.retention = retention
         self.timeout_s = timeout_s
+        self.files = StepFiles(FileStore.from_url("memory:///"), inline_max_bytes=file_inline_max_bytes)
         self._workers = 0
 
     def close(self) -> None:
@@ -344,6 +351,7 @@ class SkillKit:
             ),
             policy=self.policy,
             pacing=self.pacing,
+            files=self.files,
         )
         self.pacing.skip_time = skip_time
         stop = asyncio.Event()
@@ -413,6 +421,14 @@ class SkillKit:
         """
         groups = self.app.commit_log.get(task_id, [])
         return [list(g) for g in groups if with_leases or not _lease_only(g)]
+
+    async def file_bytes(self, task_id: UUID, artifact_id: str) -> bytes:
+        """The bytes of one of the task's artifacts: its file parts (stored or inline), in order."""
+        content = bytearray()
+        for part in self.task(task_id).artifacts[artifact_id]["parts"]:
+            async for chunk in self.files.open(part):
+                content += chunk
+        return bytes(content)
 
     def effects(self, task_id: UUID) -> dict[str, Any]:
         """Every recorded run-once side effect of the task: key -> result."""

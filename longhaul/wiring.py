@@ -43,6 +43,7 @@ from store.evidence import (
     load_signer_key,
     longhaul_origin,
 )
+from store.files import FileStore
 from store.log import (
     MemoryConfig,
     RetentionPolicy,
@@ -51,13 +52,13 @@ from store.log import (
     TaskApplication,
     webhook_retry,
 )
-from store.files import FileStore
 from store.public_form import NatsNames
 from workers.dispatcher import DispatchConfig, Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
 from workers.sequencer import Sequencer, SequencerUnavailableError
 from workers.skills import builtin_skills
+from workers.step_files import StepFiles
 from workers.sweeper import Sweeper
 from workers.task_runner import DEFAULT_STEP_RETRY, RunPolicy
 from workers.webhook_signing import WebhookSigner, new_secret, secret_key
@@ -432,6 +433,11 @@ def build_worker(settings: Settings, store: TaskApplication, metrics: WorkerMetr
         clock=system_clock(settings),
         config=worker_config(settings),
         policy=run_policy(settings),
+        files=StepFiles(
+            file_store(settings),
+            inline_max_bytes=settings.file_inline_max_bytes,
+            allow_private=settings.allow_private_webhooks,
+        ),
     )
 
 

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 from uuid import uuid4
 
 from domain.messages import agent_message
-from domain.skill import JSON
+from domain.skill import JSON, FileContent
 from domain.task import Task
 from store.secrets import holds_sealed
 from workers.lease import LeasedTask
+from workers.step_files import StepFiles
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class NoFileStoreError(RuntimeError):
+    """The worker was built without a file store: a step cannot write or read files."""
 
 
 class DrainRequestedError(BaseException):
@@ -57,8 +62,10 @@ class DurableStepContext:
         draining: asyncio.Event | None = None,
         *,
         latest_input: JSON | None = None,
+        files: StepFiles | None = None,
     ) -> None:
         self._lease = lease
+        self._files = files
         self._step = step
         self._draining = draining or asyncio.Event()
         task = lease.task
@@ -192,6 +199,36 @@ class DurableStepContext:
         if checkpoint is not None:
             self._checkpoint = copy.deepcopy(checkpoint)
         self._stop_if_draining()
+
+    async def emit_file(
+        self,
+        content: FileContent,
+        *,
+        filename: str,
+        media_type: str = "application/octet-stream",
+        artifact_id: str | None = None,
+        append: bool = False,
+        last_chunk: bool = True,
+        checkpoint: JSON | None = None,
+        progress: str | None = None,
+    ) -> JSON:
+        """Keep the bytes in the file store, then commit the artifact that names them (see the protocol)."""
+        part = await self._file_store().keep(content, media_type=media_type, filename=filename)
+        self._lease.beat()  # storing a large file is work done: the step is not hanging
+        artifact = {"artifactId": artifact_id or filename, "name": filename, "parts": [part]}
+        await self.emit_artifact(
+            artifact, append=append, last_chunk=last_chunk, checkpoint=checkpoint, progress=progress
+        )
+        return part
+
+    def read_file(self, part: JSON) -> AsyncIterator[bytes]:
+        """The bytes of a file part a client sent, streamed."""
+        return self._file_store().open(part)
+
+    def _file_store(self) -> StepFiles:
+        if self._files is None:
+            raise NoFileStoreError("this worker has no file store (LONGHAUL_FILE_STORE_URL)")
+        return self._files
 
     async def progress(self, text: str) -> None:
         """Commit a progress status message."""

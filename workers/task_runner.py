@@ -38,6 +38,7 @@ from workers.context import DrainRequestedError, DurableStepContext, reveal_inpu
 from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
 from workers.pacing import ClockPacing, Pacing
+from workers.step_files import StepFiles
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,10 @@ class TaskRunner:
         metrics: WorkerMetrics | None = None,
         pacing: Pacing | None = None,
         abandoned: set[asyncio.Task[StepOutcome]] | None = None,
+        files: StepFiles | None = None,
     ) -> None:
         self.lease = lease
+        self.files = files
         self.metrics = metrics
         self.skill = skill
         self.policy = policy
@@ -181,7 +184,9 @@ class TaskRunner:
 
     async def _run_one(self, rules: StepRules, latest_input: JSON) -> StepOutcome:
         """Run step ``rules.index`` (``latest_input`` revealed) and watch it until it ends."""
-        context = DurableStepContext(self.lease, rules.index, self.draining, latest_input=latest_input)
+        context = DurableStepContext(
+            self.lease, rules.index, self.draining, latest_input=latest_input, files=self.files
+        )
         self.lease.beat()
         step = asyncio.ensure_future(self.skill.steps[rules.index](context))
         self.step_task = step

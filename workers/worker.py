@@ -29,6 +29,7 @@ from workers.lease import LeasedTask
 from workers.metrics import WorkerMetrics
 from workers.pacing import ClockPacing, Pacing
 from workers.skill_versions import check_release
+from workers.step_files import StepFiles
 from workers.task_runner import RunPolicy, TaskRunner
 from workers.wakeup import Expectation, Wakeup
 
@@ -60,8 +61,11 @@ class Worker:
         policy: RunPolicy,
         metrics: WorkerMetrics | None = None,
         pacing: Pacing | None = None,
+        files: StepFiles | None = None,
     ) -> None:
         self.store = store
+        self.files = files
+        """Where steps keep the files they write (``emit_file``); None: steps cannot."""
         self.pacing = pacing if pacing is not None else ClockPacing(clock)
         self.abandoned: set[asyncio.Task[StepOutcome]] = set()
         """Steps that ignored their cancellation after a timeout, still running (see ``TaskRunner``)."""
@@ -315,6 +319,7 @@ class Worker:
             self.metrics,
             pacing=self.pacing,
             abandoned=self.abandoned,
+            files=self.files,
         )
         self.runners[lease.task_id] = runner
         future = asyncio.ensure_future(runner.run())

@@ -423,6 +423,8 @@ def test_builtin_skills_register_together() -> None:
 
     assert [(s.name, s.version) for s in registry.all()] == [
         ("access-review", 1),
+        ("big-file", 1),
+        ("checksum", 1),
         ("conformance", 1),
         ("conformance", 2),
         ("echo", 1),
