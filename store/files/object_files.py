@@ -17,12 +17,12 @@ import hashlib
 import re
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 import obstore
-from obstore.store import ObjectStore, from_url
+from obstore.store import AzureStore, GCSStore, ObjectStore, S3Store, from_url
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -115,6 +115,17 @@ class FileStore:
         except FileNotFoundError:
             return None
         return int(meta["size"])
+
+    async def signed_url(self, sha256: str, expires: timedelta) -> str | None:
+        """A URL that reads the file without credentials until ``expires`` from now (a GET).
+
+        ``None`` for a store that cannot sign (a directory): its files are served by the gateway.
+        The URL is made from the store's credentials alone (no request): it does not say whether
+        the file is stored.
+        """
+        if not isinstance(self.store, S3Store | GCSStore | AzureStore):
+            return None
+        return await obstore.sign_async(self.store, "GET", address(sha256), expires)
 
     async def delete(self, sha256: str) -> None:
         """Remove the file (nothing happens when it is not stored)."""
