@@ -1,4 +1,8 @@
-"""The "Testing a skill" examples of docs/skills.md pass as they are, run by pytest as a user runs them."""
+"""The complete test files of docs/skills.md pass as they are, run by pytest as a user runs them.
+
+A complete file is a Python block of the sections below that starts with its module docstring;
+the other blocks are excerpts.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,25 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## Testing a skill"
+SECTIONS = ("## Files", "## Testing a skill")
 
 
 def example_files() -> list[str]:
-    """The Python blocks of the section: each a complete test file the doc offers."""
+    """The complete test files the sections offer, in the order of the doc."""
     doc = (ROOT / "docs" / "skills.md").read_text()
-    section = doc[doc.index(SECTION) :]
-    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
-    blocks = section.split("```python\n")[1:]
-    return [block[: block.index("```\n")] for block in blocks]
+    files = []
+    for title in SECTIONS:
+        section = doc[doc.index(title) :]
+        end = section.find("\n## ", 1)
+        section = section if end < 0 else section[:end]
+        blocks = [block[: block.index("```\n")] for block in section.split("```python\n")[1:]]
+        files += [block for block in blocks if block.startswith('"""')]
+    return files
 
 
 def test_the_testing_a_skill_examples_pass_as_they_are(tmp_path: Path) -> None:
     files = example_files()
-    assert len(files) == 2
+    assert len(files) == 3
     for number, text in enumerate(files):
         (tmp_path / f"test_doc_example_{number}.py").write_text(text)
     path = tmp_path
@@ -36,4 +44,4 @@ def test_the_testing_a_skill_examples_pass_as_they_are(tmp_path: Path) -> None:
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 passed" in done.stdout, done.stdout
+    assert "5 passed" in done.stdout, done.stdout
