@@ -33,6 +33,7 @@ from domain.retry_policy import RetryPolicy
 from domain.skill import JSON, Continue, Fail, Skill, StepOutcome
 from domain.states import TaskState
 from domain.task import AttemptCause, Task
+from store.log import span
 from store.secrets import SecretUnreadableError
 from workers.context import DrainRequestedError, DurableStepContext, reveal_input
 from workers.lease import LeasedTask
@@ -245,7 +246,7 @@ class TaskRunner:
         if step.done():
             if not step.cancelled() and step.exception() is None:
                 return step.result()  # it returned just as it was cancelled
-            raise StepTimedOutError(f"{rules.label} ran past its timeout of {_span(rules.timeout)}")
+            raise StepTimedOutError(f"{rules.label} ran past its timeout of {span(rules.timeout)}")
         # The step swallowed its cancellation and runs on: it can never be stopped from here.
         # Count the attempt, give the lease back, and let every later write of the step fail.
         log.warning(
@@ -255,7 +256,7 @@ class TaskRunner:
         )
         self.abandoned.add(step)
         step.add_done_callback(self.abandoned.discard)
-        detail = f"{rules.label} ran past its timeout of {_span(rules.timeout)} and ignored its cancellation"
+        detail = f"{rules.label} ran past its timeout of {span(rules.timeout)} and ignored its cancellation"
         if await self._attempt_failed(rules, "timeout", detail, retried=True, wait=False):
             await self.lease.release(f"{rules.label} ignores its cancellation")
         raise self.lease.give_up("the step ignored its cancellation")
@@ -345,12 +346,3 @@ def _strings(value: object) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
-
-
-def _span(span: timedelta) -> str:
-    seconds = span.total_seconds()
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g} h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:g} min"
-    return f"{seconds:g} s"

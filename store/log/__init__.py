@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from store.log.relay_positions import read_relay_positions as read_relay_positions
     from store.log.retention import RetentionPolicy as RetentionPolicy
     from store.log.retention import parse_key as parse_key
+    from store.log.retention import span as span
     from store.log.retry import RESTART_POLICY as RESTART_POLICY
     from store.log.retry import Command as Command
     from store.log.retry import retry_lost_connection as retry_lost_connection
@@ -72,6 +73,7 @@ _HOMES = {
     "RelayPosition": "store.log.relay_positions",
     "RetentionNotReachedError": "store.log.errors",
     "RetentionPolicy": "store.log.retention",
+    "span": "store.log.retention",
     "RunQueue": "store.log.run_queue",
     "SNAPSHOT_INTERVAL": "store.log.application",
     "SchemaTooNewError": "store.log.migrations",

@@ -80,14 +80,19 @@ class RetentionPolicy:
 _UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60))
 
 
-def span(retention: timedelta) -> str:
-    """A retention as people write it: ``30 days``, ``12 hours``, ``1 day 6 hours``, ``90 seconds``."""
-    seconds = round(retention.total_seconds())
+def span(duration: timedelta) -> str:
+    """A duration as people write it: ``30 days``, ``1 day 6 hours``, ``90 seconds``, ``0.6 seconds``.
+
+    Whole seconds and larger units are counted exactly; a fraction of a second (a test's step
+    timeout, say) stays with the seconds, to the millisecond.
+    """
+    whole, fraction = divmod(round(duration.total_seconds() * 1000), 1000)
     parts = []
     for unit, size in _UNITS:
-        count, seconds = divmod(seconds, size)
+        count, whole = divmod(whole, size)
         if count:
             parts.append(f"{count} {unit}{'s' if count != 1 else ''}")
-    if seconds or not parts:
-        parts.append(f"{seconds} second{'s' if seconds != 1 else ''}")
+    if whole or fraction or not parts:
+        seconds = whole + fraction / 1000
+        parts.append(f"{seconds:g} second{'s' if seconds != 1 else ''}")
     return " ".join(parts)

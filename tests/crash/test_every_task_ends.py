@@ -83,7 +83,7 @@ def test_a_step_that_awaits_for_ever_ends_by_its_timeout(cluster: Cluster, store
     assert reason == "step 0 (hang) timed out 2 times"
     attempts = of_kind(events(store, task_id), "StepAttemptFailed")
     assert [(a.cause, a.epoch) for a in attempts] == [("timeout", 1), ("timeout", 1)]
-    assert "ran past its timeout of 1 s" in attempts[0].detail
+    assert "ran past its timeout of 1 second" in attempts[0].detail
     assert worker.alive()
     log = worker.log()
     assert log.count("attempt 1 failed (timeout)") == 1, log

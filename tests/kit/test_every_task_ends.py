@@ -93,7 +93,7 @@ async def test_a_hanging_step_times_out_with_the_clock_skipped() -> None:
     assert message_text(task.status_message) == "step 0 (hang) timed out 2 times"
     attempts = kit.events(task_id, Task.StepAttemptFailed)
     assert [(a.cause, a.epoch) for a in attempts] == [("timeout", 1), ("timeout", 1)]
-    assert attempts[0].detail == "step 0 (hang) ran past its timeout of 10 min"
+    assert attempts[0].detail == "step 0 (hang) ran past its timeout of 10 minutes"
     assert kit.clock.now - started >= timedelta(minutes=20), "two timeouts passed on the kit's clock"
     assert kit.events(task_id, Task.LeaseExtended), "the lease was renewed while the step hung"
 

@@ -21,6 +21,8 @@ from store.log.retention import RetentionPolicy, span
         (timedelta(seconds=90), "1 minute 30 seconds"),
         (timedelta(seconds=1), "1 second"),
         (timedelta(0), "0 seconds"),
+        (timedelta(seconds=0.6), "0.6 seconds"),
+        (timedelta(minutes=1, seconds=1.25), "1 minute 1.25 seconds"),
     ],
 )
 def test_a_span_reads_as_people_write_it(retention: timedelta, text: str) -> None:

@@ -70,7 +70,7 @@ async def test_a_step_that_commits_outlives_its_timeout_and_a_silent_one_times_o
     assert quiet.state == TaskState.FAILED
     (timed_out,) = [e for e in store.history(quiet.id) if isinstance(e, Task.StepAttemptFailed)]
     assert timed_out.cause == "timeout"
-    assert timed_out.detail == "step 0 (silent) ran past its timeout of 0.6 s"
+    assert timed_out.detail == "step 0 (silent) ran past its timeout of 0.6 seconds"
 
 
 async def failing(ctx: StepContext) -> StepOutcome:
