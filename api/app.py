@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import timedelta
 from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
@@ -35,6 +36,8 @@ from api.authentication import PUBLIC, Authenticate, caller_tenant
 from api.bodies import read_body, requested_version
 from api.config import JSON_MEDIA_TYPE, GatewayConfig, Injected
 from api.errors import A2AError
+from api.file_parts import FileParts
+from api.files import Files, files_router
 from api.jsonrpc import RpcAnswer, RpcStream, error_answer, handle_jsonrpc
 from api.metrics import GatewayLoadCollector, gateway_registry
 from api.overload import UNLIMITED, LimitInFlight
@@ -45,6 +48,8 @@ from api.streams import TaskStreams
 from api.task_feed import StoreLog
 from api.waiting import PollingWaiter
 from projections.task_view import open_view
+from store.files import FileStore, open_uploads
+from store.public_form import FileLinks, Sign
 
 OPEN_ROUTE = {PUBLIC: True, UNLIMITED: True}
 """The ``opt`` of routes anyone may call, at any load: no key checked, not counted in flight."""
@@ -98,12 +103,15 @@ def create_app(config: GatewayConfig) -> Litestar:
 
     The handlers get the gateway's parts by name through Litestar's dependency injection, each
     handler one: ``card`` (the agent card), ``binding`` (``api.rest.Binding``: the service and
-    streams both A2A bindings call), ``audit`` (``api.audit.AuditReads``) and ``prometheus`` (the
-    metrics registry). Each is a value made once here, so a request resolves it without a call on
+    streams both A2A bindings call), ``audit`` (``api.audit.AuditReads``), ``files``
+    (``api.files.Files``: downloads and uploads) and ``prometheus`` (the metrics registry).
+    Each is a value made once here, so a request resolves it without a call on
     a thread or a task group (Litestar runs a handler's dependencies concurrently when it has more
     than one).
     """
     store = config.store
+    links = FileLinks(config.public_url, sign=_signer(config.files, config.file_url_expiry))
+    uploads = open_uploads(store) if config.files is not None else None
     service = A2AService(
         store=store,
         registry=config.registry,
@@ -114,6 +122,7 @@ def create_app(config: GatewayConfig) -> Litestar:
         task_view=open_view(store),
         allow_private_webhooks=config.allow_private_webhooks,
         hand_off=config.hand_off,
+        files=FileParts(links, uploads),
     )
     metrics_registry = gateway_registry(store, relay_stream=config.relay_stream, extra=config.process_metrics)
     streams = TaskStreams(
@@ -144,6 +153,14 @@ def create_app(config: GatewayConfig) -> Litestar:
         keepalive_s=config.stream_keepalive_s,
     )
     audit = AuditReads(service, store, tuple(config.audit_verifier_keys))
+    files = Files(
+        service=service,
+        store=config.files,
+        uploads=uploads,
+        links=links,
+        clock=config.clock,
+        max_upload_bytes=config.max_upload_bytes,
+    )
     # logging_config=None: the process (the CLI) configures logging; Litestar must not restyle it.
     app = Litestar(
         route_handlers=[
@@ -153,6 +170,7 @@ def create_app(config: GatewayConfig) -> Litestar:
             rest_router(),
             audit_router(),
             audit_pages_router(),
+            files_router(),
         ],
         middleware=[limit, authenticate],
         dependencies={
@@ -160,6 +178,7 @@ def create_app(config: GatewayConfig) -> Litestar:
             "binding": _value(binding),
             "audit": _value(audit),
             "prometheus": _value(metrics_registry),
+            "files": _value(files),
         },
         debug=False,
         logging_config=None,
@@ -172,6 +191,13 @@ def create_app(config: GatewayConfig) -> Litestar:
     )
     app.asgi_handler = route_verbs(app.asgi_handler)
     return app
+
+
+def _signer(files: FileStore | None, expiry: timedelta) -> Sign | None:
+    """Pre-signed URLs of ``files`` valid for ``expiry`` (None: no store; a directory gives none)."""
+    if files is None:
+        return None
+    return functools.partial(files.signed_url, expires=expiry)
 
 
 def _value(value: object) -> Provide:

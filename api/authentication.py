@@ -114,6 +114,18 @@ def caller_tenant(connection: ASGIConnection[Any, Any, Any, Any], named: str | N
     return caller.tenant
 
 
+def key_tenant(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    """The tenant of the request's API key; ``None`` on an open gateway (no keys, so no walls).
+
+    For routes that name no tenant of their own (the file downloads): with keys, the caller
+    reaches its key's tenant only; without, whatever a caller could name.
+    """
+    caller = connection.scope.get("state", {}).get(CALLER)
+    if not isinstance(caller, Caller):
+        raise UnauthenticatedError()
+    return caller.tenant
+
+
 def _bearer_token(scope: Scope) -> str | None:
     """The token of the request's ``Authorization: Bearer`` header, if it has one."""
     for name, value in scope["headers"]:

@@ -21,6 +21,7 @@ from api.waiting import TaskWaiter
 from domain.clock import Clock
 from domain.skill import SkillRegistry
 from store.evidence import VerifierKey
+from store.files import FileStore
 from store.log import TaskApplication
 
 JSON_MEDIA_TYPE = "application/json"
@@ -32,6 +33,12 @@ Injected: TypeAlias = NamedDependency[SkipValidation[T]]
 
 A value ``create_app`` made and typed itself, so Litestar does not validate it per request.
 """
+
+DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024**3
+"""The default of ``LONGHAUL_MAX_UPLOAD_BYTES``: the largest file a client may upload (5 GiB)."""
+
+DEFAULT_FILE_URL_EXPIRY = timedelta(minutes=15)
+"""The default of ``LONGHAUL_FILE_URL_EXPIRY``: how long a pre-signed file URL (S3) is valid."""
 
 DEFAULT_KEEPALIVE_S = 15.0
 """Seconds an idle stream waits before a ``: keepalive`` comment (``LONGHAUL_STREAM_KEEPALIVE_SECONDS``)."""
@@ -64,6 +71,9 @@ class GatewayConfig:
     first): ``/audit/v1/log-key`` serves them, the timeline page verifies receipts with them.
     ``hand_off`` is this process's worker, which takes blocking sends' new tasks into a free slot
     (``api.hand_off``; ``longhaul up``).
+    ``files`` is the file store the gateway serves stored files from and uploads to (``api.files``;
+    without one, both answer 404): an upload is at most ``max_upload_bytes``; on a store that
+    signs (S3), answers give pre-signed URLs valid for ``file_url_expiry``.
     """
 
     store: TaskApplication
@@ -89,3 +99,6 @@ class GatewayConfig:
     stream_max_pending: int = DEFAULT_MAX_PENDING
     audit_verifier_keys: Sequence[VerifierKey] = ()
     hand_off: HandOff | None = None
+    files: FileStore | None = None
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    file_url_expiry: timedelta = DEFAULT_FILE_URL_EXPIRY

@@ -27,6 +27,7 @@ from api.errors import (
     UnsupportedOperationError,
     a2a_error_of,
 )
+from api.file_parts import FileParts
 from api.hand_off import SLOT_WAIT_SECONDS, HandOff, Slot, Takes
 from api.waiting import TaskWaiter
 from api.wire import (
@@ -56,7 +57,7 @@ from store.log import (
     TaskApplication,
     retry_lost_connection,
 )
-from store.public_form import iso_millis, task_to_wire
+from store.public_form import FileLinks, iso_millis, task_to_wire
 
 JSON = dict[str, Any]
 
@@ -76,7 +77,9 @@ class A2AService:
     ListTasks answers UnsupportedOperation. ``allow_private_webhooks`` lets push URLs point at
     non-public addresses (``store.deliveries.push_urls``). ``hand_off`` is the worker of this process
     (``longhaul up``) that takes a blocking send's new task at once into a free slot
-    (``api.hand_off``).
+    (``api.hand_off``). ``files`` gives a stored file's part its URL in every answer and turns a
+    message's upload URLs into stored files (``api.file_parts``; default: the gateway's URLs under
+    ``public_url``, no uploads).
     """
 
     def __init__(
@@ -91,8 +94,11 @@ class A2AService:
         task_view: TaskViewRecorder | None = None,
         allow_private_webhooks: bool = False,
         hand_off: HandOff | None = None,
+        files: FileParts | None = None,
+        public_url: str = "",
     ) -> None:
         self._store = store
+        self.files = files if files is not None else FileParts(FileLinks(public_url))
         self._hand_off = hand_off
         self._allow_private_webhooks = allow_private_webhooks
         self._view = task_view
@@ -117,7 +123,7 @@ class A2AService:
         if waits:
             task = await self._settled(task, slot)
         history_length = configuration.history_length if configuration is not None else None
-        return {"task": task_to_wire(task, history_length=history_length)}
+        return {"task": await self.wire(task, history_length=history_length)}
 
     async def accept_message(self, request: SendMessageRequest, *, hand_off: bool = False) -> Task:
         """Submit the message as a new task, or as the answer to the paused task it names.
@@ -146,11 +152,12 @@ class A2AService:
             push_config = await self._checked_config(
                 inline, field="configuration.taskPushNotificationConfig.url"
             )
+        logged = await self.files.inbound(message.to_json(), tenant)  # its uploads as stored files
         try:
             if message.task_id is None:
                 return await self._submit(
                     tenant=tenant,
-                    message=message.to_json(),
+                    message=logged,
                     skill=self._skill_for(request),
                     push_config=push_config,
                     key_id=CALLER_KEY_ID.get(),
@@ -160,7 +167,7 @@ class A2AService:
                 self._store.answer,
                 _task_id(message.task_id),
                 tenant=tenant,
-                message=message.to_json(),
+                message=logged,
                 clock=self._clock,
                 push_config=push_config,
                 key_id=CALLER_KEY_ID.get(),
@@ -239,8 +246,8 @@ class A2AService:
         """
         task = await self._settled(task, slot)
         if task.state == TaskState.COMPLETED and task.status_message is not None:
-            return {"message": task.status_message}
-        return {"task": task_to_wire(task)}
+            return {"message": await self.files.public(task.status_message, task.id)}
+        return {"task": await self.wire(task)}
 
     async def get_task(self, request: GetTaskRequest) -> JSON:
         """The task as it is now."""
@@ -249,7 +256,7 @@ class A2AService:
             task = await asyncio.to_thread(self._store.get_visible, _task_id(request.id), tenant=tenant)
         except ApplicationError as error:
             raise a2a_error_of(error) from None
-        return task_to_wire(task, history_length=request.history_length)
+        return await self.wire(task, history_length=request.history_length)
 
     async def cancel_task(self, request: CancelTaskRequest) -> JSON:
         """Cancel a task that has not finished; the worker holding it is fenced out."""
@@ -268,7 +275,7 @@ class A2AService:
             ) from None
         except (ApplicationError, ConflictError) as error:
             raise a2a_error_of(error) from None
-        return task_to_wire(task)
+        return await self.wire(task)
 
     async def list_tasks(self, request: ListTasksRequest) -> JSON:
         """A page of the caller's tenant's tasks, newest status first, with the next page's token.
@@ -306,13 +313,17 @@ class A2AService:
             listed = task_to_wire(task, history_length=request.history_length)
             if not request.include_artifacts:
                 listed.pop("artifacts", None)
-            wire.append(listed)
+            wire.append(await self.files.public(listed, task.id))
         return {
             "tasks": wire,
             "nextPageToken": page.next.token() if page.next is not None else "",
             "pageSize": size,
             "totalSize": page.total,
         }
+
+    async def wire(self, task: Task, *, history_length: int | None = None) -> JSON:
+        """The wire ``Task`` a client sees: ``task_to_wire``, its stored files given their URLs."""
+        return await self.files.public(task_to_wire(task, history_length=history_length), task.id)
 
     # ------------------------------------------------------------------ push notification configs
 
@@ -390,12 +401,17 @@ class A2AService:
         stored = config.model_copy(update={"id": config.id or str(uuid4()), "task_id": None, "tenant": None})
         return stored.to_json()
 
-    async def visible_task(self, text: str, tenant: str | None) -> Task:
-        """The task with the wire id ``text`` if ``tenant`` (None: the default) sees it, else TaskNotFound."""
+    async def visible_task(self, text: str, tenant: str | None, *, any_tenant: bool = False) -> Task:
+        """The task with the wire id ``text`` if ``tenant`` (None: the default) sees it, else TaskNotFound.
+
+        ``any_tenant`` (an open gateway, where a caller may name any tenant): whichever tenant's
+        task it is, if it has not expired.
+        """
+        task_id = _task_id(text)
         try:
-            return await asyncio.to_thread(
-                self._store.get_visible, _task_id(text), tenant=tenant or DEFAULT_TENANT
-            )
+            if any_tenant:
+                tenant = (await asyncio.to_thread(self._store.get, task_id)).tenant
+            return await asyncio.to_thread(self._store.get_visible, task_id, tenant=tenant or DEFAULT_TENANT)
         except ApplicationError as error:
             raise a2a_error_of(error) from None
 

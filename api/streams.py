@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from api.authentication import TenantOf
 from api.errors import InvalidParamsError, SlowReaderError, UnsupportedOperationError
+from api.file_parts import FileParts
 from api.service import A2AService
 from api.sse import Frame, PrimedFrames
 from api.sse import last_event_id as last_event_id_of
@@ -39,7 +40,7 @@ from api.task_feed import PAGE, FeedOverflowError, StoreLog, TaskFeed
 from api.wire import SendMessageRequest, SubscribeToTaskRequest, parse_params
 from domain.states import INTERRUPTED, TERMINAL
 from domain.task import Task
-from store.public_form import stream_response, task_to_wire
+from store.public_form import stream_response
 
 JSON = dict[str, Any]
 
@@ -168,7 +169,9 @@ class TaskStreams:
         if self._service.answers_with_message(task):
             return _message_only(self._service, task)
         history_length = request.configuration.history_length if request.configuration else None
-        return self._frames(sources, task, last_event_id, ENDS_SEND_STREAM, history_length=history_length)
+        return await self._frames(
+            sources, task, last_event_id, ENDS_SEND_STREAM, history_length=history_length
+        )
 
     async def subscribe_to_task(
         self, request: SubscribeToTaskRequest, *, last_event_id: int | None = None
@@ -185,9 +188,9 @@ class TaskStreams:
                 f"task {request.id} is {task.state}: a terminal task has no more events to stream "
                 "(GetTask reads it)"
             )
-        return self._frames(sources, task, last_event_id, ENDS_SUBSCRIPTION)
+        return await self._frames(sources, task, last_event_id, ENDS_SUBSCRIPTION)
 
-    def _frames(
+    async def _frames(
         self,
         sources: tuple[TaskFeed, StoreLog],
         task: Task,
@@ -196,10 +199,14 @@ class TaskStreams:
         *,
         history_length: int | None = None,
     ) -> AsyncIterator[Frame]:
-        """The stream's frames, ending after the first that leaves the task in a state of ``ends``."""
+        """The stream's frames, ending after the first that leaves the task in a state of ``ends``.
+
+        Every frame is as a client sees it: its stored files' parts carry their URLs
+        (``A2AService.files``).
+        """
         feed, store_log = sources
         if last_event_id is None:
-            snapshot = {"task": task_to_wire(task, history_length=history_length)}
+            snapshot = {"task": await self._service.wire(task, history_length=history_length)}
             rest = _nothing() if ends_stream(snapshot, ends) else self._events(feed, task, task.version, ends)
             return PrimedFrames((task.version, snapshot), rest)
         if last_event_id > task.version:
@@ -208,7 +215,7 @@ class TaskStreams:
                 [("Last-Event-ID", f"must be at most {task.version}, the task's version")],
             )
         if task.is_terminal:
-            return _ended(store_log, task, last_event_id, ends)
+            return _ended(self._service.files, store_log, task, last_event_id, ends)
         return self._events(feed, task, last_event_id, ends)
 
     async def _events(
@@ -222,7 +229,7 @@ class TaskStreams:
                     response = stream_response(message, task.context_id)
                     if response is None:
                         continue
-                    yield message["version"], response
+                    yield message["version"], await self._service.files.public(response, task.id)
                     if ends_stream(response, ends):
                         return
             except FeedOverflowError as error:
@@ -240,7 +247,7 @@ async def _nothing() -> AsyncGenerator[Frame, None]:
 
 
 async def _ended(
-    store_log: StoreLog, task: Task, after: int, ends: frozenset[str]
+    files: FileParts, store_log: StoreLog, task: Task, after: int, ends: frozenset[str]
 ) -> AsyncGenerator[Frame, None]:
     """The frames of a terminal task's events after ``after``, from the log (nothing is live)."""
     while after < task.version:
@@ -251,7 +258,7 @@ async def _ended(
             after = message["version"]
             response = stream_response(message, task.context_id)
             if response is not None:
-                yield after, response
+                yield after, await files.public(response, task.id)
                 if ends_stream(response, ends):
                     return
 

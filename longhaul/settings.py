@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.api_keys import parse_pairs
 from api.bodies import DEFAULT_MAX_BODY_BYTES
+from api.config import DEFAULT_FILE_URL_EXPIRY, DEFAULT_MAX_UPLOAD_BYTES
 from api.overload import DEFAULT_LIMIT, DEFAULT_TARGET_S
 from store.log import parse_key
 from store.public_form import server_urls
@@ -74,6 +75,23 @@ class Settings(BaseSettings):
         ge=0,
         le=1048576,
         description="A file a step writes of at most this many bytes is kept inline in its event (raw).",
+    )
+    max_upload_bytes: int = Field(
+        default=DEFAULT_MAX_UPLOAD_BYTES,
+        ge=1,
+        description=(
+            "Largest file a client may upload (POST /a2a/files, streamed; larger: refused, HTTP 413,"
+            " nothing kept). Not bounded by LONGHAUL_MAX_BODY_BYTES."
+        ),
+    )
+    file_url_expiry: timedelta = Field(
+        default=DEFAULT_FILE_URL_EXPIRY,
+        gt=timedelta(0),
+        le=timedelta(days=7),
+        description=(
+            "How long a pre-signed URL of a stored file is valid, where answers give them (a file"
+            " store on S3); a directory's files are served by the gateway at /a2a/files."
+        ),
     )
     default_skill: str = Field(default="echo", description="Skill for messages that name none.")
     max_pause: timedelta = Field(

@@ -22,9 +22,15 @@ log = logging.getLogger("longhaul")
 
 
 def log_followers(
-    settings: Settings, store: TaskApplication, stop: asyncio.Event, audit_key: SignerKey
+    settings: Settings,
+    store: TaskApplication,
+    stop: asyncio.Event,
+    audit_key: SignerKey,
+    port: int | None = None,
 ) -> list[Awaitable[None]]:
     """``up``'s parts that follow the log (relay, projector, sequencer) and the dispatcher.
+
+    ``port`` is the gateway's, which the webhooks' file URLs name.
 
     The relay, the projector and the sequencer share one subscription to the log (ADR 0051).
     """
@@ -36,7 +42,7 @@ def log_followers(
     return [
         relay_part.run(stop),
         run_projector(store.config, stop, shared_log),
-        wiring.build_dispatcher(settings, store, names, signer).run(stop),
+        wiring.build_dispatcher(settings, store, names, signer, port).run(stop),
         wiring.build_sequencer(settings, store, names, audit_key, shared_log).run(stop),
     ]
 
@@ -87,7 +93,7 @@ async def up(settings: Settings) -> None:
                 ]
                 if not in_memory:
                     assert audit_key is not None
-                    parts += log_followers(settings, store, stop, audit_key)
+                    parts += log_followers(settings, store, stop, audit_key, port)
                 write_services_file(settings, url)
                 log.info(
                     "longhaul is up: %s/.well-known/agent-card.json (JSON-RPC at %s/a2a/jsonrpc)", url, url

@@ -7,6 +7,7 @@ store, gateway app, worker, relay, sequencer, dispatcher and sweeper from here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import os
@@ -52,7 +53,7 @@ from store.log import (
     TaskApplication,
     webhook_retry,
 )
-from store.public_form import NatsNames
+from store.public_form import FileLinks, NatsNames
 from workers.dispatcher import DispatchConfig, Dispatcher, DispatcherUnavailableError
 from workers.metrics import WorkerMetrics
 from workers.relay import Relay, RelayUnavailableError, StreamLimits
@@ -408,6 +409,9 @@ async def gateway_app(
                 stream_max_pending=settings.stream_max_pending,
                 audit_verifier_keys=audit_verifier_keys(settings),
                 hand_off=hand_off,
+                files=file_store(settings),
+                max_upload_bytes=settings.max_upload_bytes,
+                file_url_expiry=settings.file_url_expiry,
             )
         )
     finally:
@@ -484,10 +488,22 @@ def build_sequencer(
         raise CommandError(str(error)) from error
 
 
+def file_links(settings: Settings, port: int | None = None) -> FileLinks:
+    """The URLs clients fetch stored files at: the gateway's (``public_url``), or pre-signed on S3."""
+    files = file_store(settings)
+    return FileLinks(
+        public_url(settings, port), sign=functools.partial(files.signed_url, expires=settings.file_url_expiry)
+    )
+
+
 def build_dispatcher(
-    settings: Settings, store: TaskApplication, names: NatsNames, signer: WebhookSigner
+    settings: Settings,
+    store: TaskApplication,
+    names: NatsNames,
+    signer: WebhookSigner,
+    port: int | None = None,
 ) -> Dispatcher:
-    """The webhook dispatcher, signing with ``signer``."""
+    """The webhook dispatcher, signing with ``signer``; its bodies' files link to the gateway on ``port``."""
     try:
         return Dispatcher(
             store=store,
@@ -496,6 +512,7 @@ def build_dispatcher(
             config=dispatch_config(settings),
             clock=system_clock(settings),
             limits=stream_limits(settings),
+            links=file_links(settings, port),
         )
     except DispatcherUnavailableError as error:
         raise CommandError(str(error)) from error

@@ -24,7 +24,9 @@ the SSRF guard (``store.deliveries.push_urls``): a refused URL is recorded as ``
 delivered; another 4xx than 408 or 429 gives up at once (the receiver refused this request,
 and the same request would be refused again); anything else (5xx, 408, 429, a timeout, a
 refused connection) is retried under the webhook retry policy (``store.log.retry``) until its total
-time has passed, and then given up. See docs/webhooks.md and ADR 0014.
+time has passed, and then given up. See docs/webhooks.md and ADR 0014. A body's stored files
+(``domain.files``) get their URLs as it is sent (``store.public_form.FileLinks``): the record
+keeps the log's form.
 
 The dispatcher needs a store on PostgreSQL (the delivery record lives there): over an in-memory
 store it refuses to start.
@@ -82,7 +84,7 @@ from store.log import (
     select_events_at,
     webhook_retry,
 )
-from store.public_form import NatsNames, event_message, stream_response
+from store.public_form import FileLinks, NatsNames, event_message, stream_response
 from workers.jetstream_pull import Pull
 from workers.leadership import restarting
 from workers.relay import NATS_CONNECT_S, StreamLimits, ensure_stream
@@ -195,6 +197,7 @@ class Dispatcher:
         config: DispatchConfig,
         clock: Clock,
         limits: StreamLimits | None = None,
+        links: FileLinks | None = None,
     ) -> None:
         if not isinstance(store.config, StoreConfig):
             raise DispatcherUnavailableError(
@@ -207,6 +210,8 @@ class Dispatcher:
         self.config = config
         self.clock = clock
         self.limits = limits
+        self.links = links
+        """The URLs a webhook's stored files are given as it is sent (``store.public_form.FileLinks``)."""
         self.recorder = DeliveryRecorder(store.config.database_url, store.config.schema)
         self._known: OrderedDict[UUID, _Known] = OrderedDict()
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
@@ -749,7 +754,7 @@ class Dispatcher:
             return "refused", None, str(refused)
         except TaskNotFoundError:
             return "gave_up", None, f"task {delivery.task_id} is no longer in the store (purged)"
-        body = delivery.body.encode()
+        body = (await self._public_body(delivery)).encode()
         headers |= self.signer.headers(delivery.webhook_id, delivery.tenant, int(time.time()), body)
         headers["Content-Type"] = CONTENT_TYPE
         try:
@@ -768,6 +773,16 @@ class Dispatcher:
         if outcome == "gave_up":
             return outcome, status, f"HTTP {status}: the receiver refused the request; not retried"
         return outcome, status, None if outcome == "delivered" else f"HTTP {status}"
+
+    async def _public_body(self, delivery: Delivery) -> str:
+        """The delivery's body as the receiver sees it: each stored file's part with its URL.
+
+        The record keeps the log's form; the URL is made at each attempt, so that a pre-signed
+        one (S3) is fresh when it is sent.
+        """
+        if self.links is None:
+            return delivery.body
+        return await self.links.public_text(delivery.body, delivery.task_id)
 
     async def _headers_for(self, delivery: Delivery) -> dict[str, str]:
         """The delivery's auth headers: remembered, or read from the config as the log held it then."""

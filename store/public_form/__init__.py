@@ -1,7 +1,7 @@
 """The log's public form: what api, workers and auditors show of events and tasks.
 
 An event as JSON and as its NATS message, the NATS names, a task as the A2A wire ``Task`` and
-``StreamResponse``, and its state as an auditor reads it.
+``StreamResponse``, the URLs clients fetch stored files at, and a task's state as an auditor reads it.
 
 The rest of longhaul imports this package's names from here, never from its modules. The names
 load on first use: the store's packages import each other's modules, so an eager face would
@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from store.public_form.event_json import dumps as dumps
     from store.public_form.event_json import event_message as event_message
     from store.public_form.event_json import reference_message as reference_message
+    from store.public_form.file_links import FILES_PATH as FILES_PATH
+    from store.public_form.file_links import UPLOADS as UPLOADS
+    from store.public_form.file_links import FileLinks as FileLinks
+    from store.public_form.file_links import NotAnUploadError as NotAnUploadError
+    from store.public_form.file_links import Sign as Sign
     from store.public_form.message_schema import EVENT_MESSAGE as EVENT_MESSAGE
     from store.public_form.stream_frames import stream_response as stream_response
     from store.public_form.subjects import NatsNames as NatsNames
@@ -29,6 +34,11 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "EVENT_MESSAGE": "store.public_form.message_schema",
+    "FILES_PATH": "store.public_form.file_links",
+    "FileLinks": "store.public_form.file_links",
+    "NotAnUploadError": "store.public_form.file_links",
+    "Sign": "store.public_form.file_links",
+    "UPLOADS": "store.public_form.file_links",
     "NatsNames": "store.public_form.subjects",
     "dumps": "store.public_form.event_json",
     "event_message": "store.public_form.event_json",

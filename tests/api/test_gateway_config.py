@@ -16,7 +16,7 @@ def test_the_gateway_keeps_nothing_in_the_apps_state(make_app: Callable[..., Lit
 def test_each_part_is_a_value_made_once_and_read_on_the_event_loop(make_app: Callable[..., Litestar]) -> None:
     """The request path resolves each part from Litestar's cache: no call per request, no thread hop."""
     app = make_app()
-    assert set(app.dependencies) == {"card", "binding", "audit", "prometheus"}
+    assert set(app.dependencies) == {"card", "binding", "audit", "files", "prometheus"}
     for name, provide in app.dependencies.items():
         assert isinstance(provide, Provide), name
         assert provide.use_cache, name

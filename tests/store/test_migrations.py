@@ -48,7 +48,9 @@ MERKLE_TABLES = {
     "longhaul_sequencer_position",
 }
 """Added by 0008 (the sequencer's Merkle log, its checkpoints, the purged tasks)."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES | MERKLE_TABLES
+UPLOAD_TABLES = {"longhaul_uploads"}
+"""Added by 0012 (which tenant uploaded which file)."""
+NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES | MERKLE_TABLES | UPLOAD_TABLES
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
