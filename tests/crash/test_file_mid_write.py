@@ -5,7 +5,8 @@ the checkpoint that says how far the file got. Two worker processes run; the one
 task is SIGKILLed once three chunks are committed, while it writes the fourth. The survivor
 claims the task after the lease and writes from the fourth chunk on. Afterwards: every chunk is in
 the log once, every file at an address in the store is whole (its bytes hash to its name: no half
-file is visible), and the bytes the log names are the skill's content, hash for hash.
+file is visible), and the bytes a client downloads from a gateway, part by part as ``GetTask``
+names them, hash to what the log says and are the skill's content.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import hashlib
 from pathlib import Path
 from uuid import UUID
 
+import httpx
+
 from domain.files import files_in, stored_file
 from store.files import FileStore
 from store.log.application import TaskApplication
-from tests.crash.cluster import Cluster, events, holder_pid, of_kind, submit, wait_for_state
+from tests.crash.cluster import Cluster, events, holder_pid, of_kind, rpc, submit, wait_for_state
 from tests.support.processes import wait_until
 from workers.skills.big_file import ARTIFACT, expected_bytes
 
@@ -43,16 +46,6 @@ async def _rehashed(files: FileStore) -> dict[str, str]:
     return found
 
 
-async def _artifact_bytes_hash(files: FileStore, parts: list[dict[str, object]]) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        ref = stored_file(part)
-        assert ref is not None, part
-        async for chunk in files.read(ref.sha256):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 async def _expected_hash() -> str:
     digest = hashlib.sha256()
     async for block in expected_bytes(SIZE, 11):
@@ -65,6 +58,7 @@ def test_a_worker_killed_mid_file_resumes_and_the_bytes_are_the_ones_the_log_nam
 ) -> None:
     files_dir = tmp_path / "files"
     workers = cluster.workers(2, file_store_url=files_dir.as_uri())
+    gateway = cluster.gateway(file_store_url=files_dir.as_uri())
     task_id = submit(store, "big-file", {"bytes": SIZE, "seed": 11, "chunk_bytes": CHUNK})
 
     wait_until(lambda: _written(store, task_id) >= KILL_AFTER * CHUNK, 60, "three chunks", interval=0.01)
@@ -92,5 +86,15 @@ def test_a_worker_killed_mid_file_resumes_and_the_bytes_are_the_ones_the_log_nam
     assert all(name == digest for name, digest in rehashed.items())  # no half file at any address
     referenced = {ref.sha256 for ref in files_in(task.artifacts)}
     assert referenced <= set(rehashed)
-    whole = asyncio.run(_artifact_bytes_hash(store_of_files, task.artifacts[ARTIFACT]["parts"]))
-    assert whole == asyncio.run(_expected_hash())
+    # What a client downloads: each part's URL from GetTask, in order.
+    answer = rpc(gateway, "GetTask", {"id": str(task_id)})["result"]
+    [artifact] = [a for a in answer["artifacts"] if a["artifactId"] == ARTIFACT]
+    downloaded = hashlib.sha256()
+    for part, ref in zip(artifact["parts"], refs, strict=True):
+        assert ref is not None
+        assert part["url"].startswith(f"{gateway}/a2a/files/")
+        got = httpx.get(part["url"], timeout=60)
+        assert got.status_code == 200
+        assert hashlib.sha256(got.content).hexdigest() == ref.sha256 == part["metadata"]["sha256"]
+        downloaded.update(got.content)
+    assert downloaded.hexdigest() == asyncio.run(_expected_hash())
