@@ -88,17 +88,13 @@ def run_part(name: str, options: Options) -> dict[str, Any]:
     return record
 
 
-def ratio_text(verdict: Verdict) -> str:
-    return "" if verdict.ratio is None else f"{verdict.ratio:.2f}{TIMES}"
-
-
 def verdict_rows(verdicts: list[Verdict]) -> list[list[str]]:
     return [
         [
             v.target.id,
             "" if v.measured is None else v.measured.figure_text,
             "" if v.measured is None else v.measured.baseline_text,
-            ratio_text(v),
+            "" if v.ratio is None else f"{v.ratio:.2f}{TIMES}",
             v.target.rule.describe(),
             v.text(),
         ]

@@ -34,20 +34,15 @@ connection that is open and idle)."""
 
 
 class RefusedError(Exception):
-    """The server answered 429: nothing was accepted, send again after ``retry_after`` seconds."""
+    """The server answered 429: nothing was accepted, send again after ``retry_after`` seconds
+    (its ``Retry-After``; 1 s when it has none)."""
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"429, Retry-After {retry_after} s")
-        self.retry_after = retry_after
-
-
-def refusal(response: httpx.Response) -> RefusedError:
-    """The refusal a 429 answer stands for (``Retry-After`` in seconds; 1 s when it has none)."""
-    try:
-        retry_after = max(0.0, float(response.headers.get("retry-after", "1")))
-    except ValueError:
-        retry_after = 1.0
-    return RefusedError(retry_after)
+    def __init__(self, response: httpx.Response) -> None:
+        try:
+            self.retry_after = max(0.0, float(response.headers.get("retry-after", "1")))
+        except ValueError:
+            self.retry_after = 1.0
+        super().__init__(f"429, Retry-After {self.retry_after} s")
 
 
 @dataclass
@@ -85,7 +80,7 @@ async def send(http: httpx.AsyncClient, *, immediately: bool) -> float:
     )
     elapsed = time.perf_counter() - started
     if response.status_code == 429:
-        raise refusal(response)
+        raise RefusedError(response)
     answer = response.json()
     task = answer.get("result", {}).get("task")
     if task is None:
@@ -103,7 +98,7 @@ async def stream(http: httpx.AsyncClient, *, first_only: bool) -> tuple[float, f
     async with http.stream("POST", "/a2a/jsonrpc", json=request, headers=STREAM_HEADERS) as response:
         if response.status_code == 429:
             await response.aread()
-            raise refusal(response)
+            raise RefusedError(response)
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             text = (await response.aread()).decode(errors="replace")
             raise RuntimeError(f"no stream: {text[:300]}")  # e.g. PostgreSQL out of connections
@@ -134,15 +129,16 @@ async def one_call(http: httpx.AsyncClient, mode: str, sample: Round, *, first_o
 
 async def run_round(
     base_url: str,
+    server_pid: int,
+    monitor: psycopg.Connection[TupleRow],
     mode: str,
     clients: int,
     seconds: float,
     *,
-    server_pid: int,
-    monitor: psycopg.Connection[TupleRow],
-    first_only: bool = False,
+    first_only: bool,
 ) -> Round:
-    """``clients`` concurrent callers for ``seconds``, after a few warm-up requests per connection.
+    """``clients`` concurrent callers for ``seconds`` on the server at ``base_url`` (process id
+    ``server_pid``), after a few warm-up requests per connection.
 
     Each caller has its own ``httpx.AsyncClient`` of one keep-alive connection (one pool shared
     by many callers costs O(callers) per request in the client). ``Round.cpu`` is the CPU spent

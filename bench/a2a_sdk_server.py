@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 
 import uvicorn
 from a2a.helpers.proto_helpers import new_task
@@ -38,6 +37,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
 from bench.common import DEFAULT_DATABASE_URL
+from longhaul.serving import listen
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"
@@ -107,12 +107,9 @@ async def serve(args: argparse.Namespace) -> None:
         *create_jsonrpc_routes(handler, rpc_url=JSONRPC_PATH),
         *create_rest_routes(handler, path_prefix=REST_PATH),
     ]
-    # The protocol named, as longhaul's gateway does: asyncio then sets TCP_NODELAY on accepted sockets.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
+    # longhaul's gateway's listening socket (TCP_NODELAY on accepted connections), not its uvicorn settings
     config = uvicorn.Config(Starlette(routes=routes), log_level="warning", access_log=False)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await uvicorn.Server(config).serve(sockets=[listen("127.0.0.1", args.port)])
 
 
 def main() -> None:

@@ -15,16 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Options,
-    delete_stream,
     free_port,
     fresh_schema,
     longhaul_env,
     process_env,
     start,
     stop,
+    stream_deleted,
     wait_serving,
 )
 
@@ -36,28 +37,27 @@ ANSWER_MODES = ("immediately", "stream")
 
 @contextmanager
 def servers(
-    names: list[str], options: Options, folder: Path, worker_concurrency: int
+    names: list[str], options: Options, folder: Path, **settings: Any
 ) -> Iterator[dict[str, tuple[str, int]]]:
-    """Start the servers named: each one's base URL and process id; at the end, stop them and drop
-    their schemas and streams."""
+    """Start the servers named (``settings``: more of the longhaul servers' settings): each one's
+    base URL and process id; at the end, stop them and drop their schemas and streams."""
     with ExitStack() as stack:
         urls: dict[str, tuple[str, int]] = {}
         for name in names:
             port = free_port()
             if name.startswith("longhaul"):
                 schema = stack.enter_context(fresh_schema(options.database_url, "a2a"))
-                stream = f"BENCH_{schema}"
+                stream = stack.enter_context(stream_deleted(options.nats_url, f"BENCH_{schema}"))
                 env = longhaul_env(
                     options.database_url,
                     schema,
-                    worker_concurrency=worker_concurrency,
                     nats_url=options.nats_url,
                     nats_stream=stream,
                     nats_subject_prefix=f"bench{schema}",
                     data_dir=folder / name,
                     port=port,
+                    **settings,
                 )
-                stack.callback(delete_stream, options.nats_url, stream)
                 module = ["longhaul.cli", "gateway" if name == ANSWER_ONLY else "up"]
             else:
                 store = name.removeprefix("sdk-")

@@ -7,9 +7,7 @@ import json
 import math
 import os
 import platform
-import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -78,8 +76,10 @@ def fresh_schema(database_url: str, name: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def delete_stream(nats_url: str, stream: str) -> None:
-    """Delete a run's JetStream stream (quietly if none), from a thread: callable from async code."""
+@contextmanager
+def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
+    """``stream``, the JetStream stream of one run, deleted at the end (its messages off the disk;
+    quietly if none), from a thread of its own: usable around async code."""
 
     async def delete() -> None:
         client = await nats.connect(nats_url)
@@ -90,18 +90,12 @@ def delete_stream(nats_url: str, stream: str) -> None:
         finally:
             await client.close()
 
-    thread = threading.Thread(target=asyncio.run, args=(delete(),), name="delete-stream")
-    thread.start()
-    thread.join()
-
-
-@contextmanager
-def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
-    """``stream``, the JetStream stream of one run, deleted at the end (its messages off the disk)."""
     try:
         yield stream
     finally:
-        delete_stream(nats_url, stream)
+        thread = threading.Thread(target=lambda: asyncio.run(delete()), name="delete-stream")
+        thread.start()
+        thread.join()
 
 
 def new_task(skill: str, params: dict[str, Any] | None = None) -> Task:
@@ -118,9 +112,9 @@ def new_task(skill: str, params: dict[str, Any] | None = None) -> Task:
     )
 
 
-def leased_task(skill: str = "bench-noop-1") -> Task:
-    """A task submitted and leased to the benchmark for an hour, not saved."""
-    task = new_task(skill)
+def leased_task() -> Task:
+    """A one-step task submitted and leased to the benchmark for an hour, not saved."""
+    task = new_task("bench-noop-1")
     now = utc_now()
     task.grant_lease(worker="bench", now=now, until=now + timedelta(hours=1))
     return task
@@ -160,8 +154,7 @@ def start(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen
 
 def stop(process: subprocess.Popen[Any], timeout: float = 20.0) -> int:
     """SIGTERM, then SIGKILL after ``timeout``: the exit code."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
+    process.terminate()
     try:
         return process.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -169,23 +162,21 @@ def stop(process: subprocess.Popen[Any], timeout: float = 20.0) -> int:
         return process.wait(10)
 
 
-def wait_for(
-    log: Path, text: str, process: subprocess.Popen[Any] | None = None, timeout: float = 60.0
-) -> float:
+def wait_for(log: Path, text: str, process: subprocess.Popen[Any]) -> float:
     """Block until ``log`` holds ``text``: the seconds it took (the process exiting first: an error)."""
     began = time.monotonic()
     while text not in log.read_text(errors="replace"):
-        if process is not None and process.poll() is not None:
+        if process.poll() is not None:
             raise RuntimeError(f"exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-        if time.monotonic() - began > timeout:
-            raise TimeoutError(f"{text!r} not in {log} after {timeout:.0f} s")
+        if time.monotonic() - began > 60.0:
+            raise TimeoutError(f"{text!r} not in {log} after 60 s")
         time.sleep(0.02)
     return time.monotonic() - began
 
 
-def wait_serving(base_url: str, process: subprocess.Popen[Any], log: Path, timeout: float = 60.0) -> None:
-    """Block until an A2A server answers its agent card."""
-    deadline = time.monotonic() + timeout
+def wait_serving(base_url: str, process: subprocess.Popen[Any], log: Path) -> None:
+    """Block until an A2A server answers its agent card (a minute at the most)."""
+    deadline = time.monotonic() + 60.0
     while True:
         try:
             httpx.get(f"{base_url}/.well-known/agent-card.json", timeout=2).raise_for_status()
@@ -194,6 +185,17 @@ def wait_serving(base_url: str, process: subprocess.Popen[Any], log: Path, timeo
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{base_url} does not serve:\n{log.read_text(errors='replace')}") from None
             time.sleep(0.1)
+
+
+@contextmanager
+def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``longhaul worker`` process, its output in ``log``, once it has started; stopped at the end."""
+    process = start(["longhaul.cli", "worker"], env, log)
+    try:
+        wait_for(log, " started (concurrency", process)
+        yield process
+    finally:
+        stop(process)
 
 
 def paced(threads: int, rate: float, seconds: float, action: Callable[[int], None]) -> float:
@@ -231,14 +233,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
-    """n, median, p99 and max of durations given in seconds, in milliseconds."""
+    """n, median, p99 and max of durations given in seconds, in milliseconds (NaN for none)."""
     ms = [s * 1000 for s in seconds]
-    return {
-        "n": len(ms),
-        "median_ms": round(statistics.median(ms), 3) if ms else float("nan"),
-        "p99_ms": round(percentile(ms, 0.99), 3),
-        "max_ms": round(max(ms), 3) if ms else float("nan"),
-    }
+    quantiles = {"median_ms": 0.5, "p99_ms": 0.99, "max_ms": 1.0}
+    return {"n": len(ms)} | {name: round(percentile(ms, q), 3) for name, q in quantiles.items()}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

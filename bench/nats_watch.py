@@ -39,6 +39,7 @@ from bench.common import (
 )
 from store.log import StoreConfig, TaskApplication
 
+TO_NATS = "commit -> NATS (the relay's message)"
 RAW = "baseline: core NATS publish -> receive, plain subject"
 JETSTREAM = "baseline: JetStream publish -> ack"
 WARMUP_S = 2.0
@@ -147,16 +148,16 @@ def latencies(
     committed: dict[Any, float],
     relayed: dict[Any, float],
     arrived: dict[Any, float],
-    names: tuple[str, str, str],
+    names: tuple[str, str],
     watcher: Watcher,
 ) -> dict[str, dict[str, float]]:
-    """Printed and returned: commit -> NATS, commit -> arrival and NATS -> arrival (``names``, in
-    that order) of what was committed after the warm-up, and the raw NATS baseline."""
+    """Printed and returned: commit -> NATS, commit -> arrival and NATS -> arrival (``names``: the
+    last two's) of what was committed after the warm-up, and the raw NATS baseline."""
     start = min(committed.values()) + WARMUP_S
     warm = {key: at for key, at in committed.items() if at >= start}
-    to_nats, headline, hop = names
+    headline, hop = names
     rows = {
-        to_nats: summary_ms([relayed[k] - at for k, at in warm.items() if k in relayed]),
+        TO_NATS: summary_ms([relayed[k] - at for k, at in warm.items() if k in relayed]),
         headline: summary_ms([arrived[k] - at for k, at in warm.items() if k in arrived]),
         hop: summary_ms([arrived[k] - relayed[k] for k in warm if k in arrived and k in relayed]),
         RAW: summary_ms(watcher.core),

@@ -1,19 +1,16 @@
 """What PostgreSQL's backends do while a benchmark runs, sampled from ``pg_stat_activity``.
 
-A ``WaitSampler`` reads ``pg_stat_activity`` in a thread of its own (every millisecond by
-default) and counts each busy backend it is given once per sample, by what it waits on and by the
-kind of statement it runs (``statement_kind``). The backends are given by pid (a server's, found
-through its connections by ``bench.process_cpu.server_backends``) or by the schema their
-statements name (the step part, ``bench.step_throughput``, whose workers are processes of their
-own). What a backend waits on: ``CPU`` when nothing (running, or
-ready to run and waiting for a core), its wait event (``IO WALSync``: its commit's WAL flush;
-``Lock relation``: a table lock), or ``idle in transaction`` (the client has not sent the next
-statement of an open transaction).
+A ``WaitSampler`` reads ``pg_stat_activity`` in a thread of its own and counts each busy backend
+whose statement names a schema once per sample (the step part, ``bench.step_throughput``, whose
+workers are processes of their own), by what it waits on and by the kind of statement it runs
+(``statement_kind``). What a backend waits on: ``CPU`` when nothing (running, or ready to run and
+waiting for a core), its wait event (``IO WALSync``: its commit's WAL flush; ``Lock relation``: a
+table lock), or ``idle in transaction`` (the client has not sent the next statement of an open
+transaction).
 
 A count divided by the samples is the mean number of backends in that state: the share of the
-time, summed over them; divided by the requests a second as well, the milliseconds of it per
-request (``waits_table``). The sampler's own queries take CPU of the machine (its backend and its
-thread): compare its figures between servers and rounds of one run, not as absolute times.
+time, summed over them (``waits_table``). The sampler's own queries take CPU of the machine (its
+backend and its thread): compare its figures between runs, not as absolute times.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-
-SAMPLE_EVERY_S = 0.001
 
 WaitKey = tuple[str, str]
 """``(what the backend waits on, statement_kind)``."""
@@ -48,12 +43,9 @@ def statement_kind(query: str) -> str:
     return text[:KIND_LENGTH]
 
 
-_BUSY = (
+BUSY = (
     "SELECT state, wait_event_type, wait_event, query FROM pg_stat_activity"
     " WHERE state NOT IN ('idle', 'disabled') AND pid <> pg_backend_pid()"
-)
-BY_PID = _BUSY + " AND pid = ANY(%s)"
-BY_SCHEMA = _BUSY + (
     " AND (strpos(query, %s) > 0 OR query IN ('COMMIT', 'BEGIN', 'ROLLBACK', 'SELECT 1'))"
 )  # a transaction's last statement names no table
 
@@ -66,67 +58,44 @@ def waited_on(state: str, wait_type: str | None, event: str | None) -> str:
 
 
 class WaitSampler:
-    """Counts, every ``every_s`` until the block ends, what each busy backend of ``pids`` (or whose
-    statement names ``schema``) waits on."""
+    """Counts, every ``every_s`` until the block ends, what each busy backend whose statement names
+    ``schema`` waits on."""
 
-    def __init__(
-        self,
-        database_url: str,
-        *,
-        pids: set[int] | None = None,
-        schema: str | None = None,
-        every_s: float = SAMPLE_EVERY_S,
-    ) -> None:
-        if (pids is None) == (schema is None):
-            raise ValueError("give the backends by pids or by schema, not both")
+    def __init__(self, database_url: str, *, schema: str, every_s: float) -> None:
         self.counts: collections.Counter[WaitKey] = collections.Counter()
         self.samples = 0
-        self._query = BY_PID if pids is not None else BY_SCHEMA
-        self._value: list[int] | str | None = sorted(pids) if pids is not None else schema
+        self._schema = schema
         self._every_s = every_s
         self._conn = psycopg.connect(database_url, autocommit=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="pg-waits", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop sampling (the counts stay) and close the connection."""
-        self._stop.set()
-        self._thread.join()
-        self._conn.close()
-
     def __enter__(self) -> WaitSampler:
-        self.start()
+        self._thread.start()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self.stop()
+        """Stop sampling (the counts stay) and close the connection."""
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            for state, wait_type, event, text in self._conn.execute(self._query, (self._value,)).fetchall():
+            for state, wait_type, event, text in self._conn.execute(BUSY, (self._schema,)).fetchall():
                 self.counts[(waited_on(state, wait_type, event), statement_kind(text))] += 1
             self.samples += 1
             time.sleep(self._every_s)
 
 
-def waits_table(
-    counts: collections.Counter[WaitKey], samples: int, per_s: float, top: int = 12
-) -> list[dict[str, Any]]:
+def waits_table(counts: collections.Counter[WaitKey], samples: int, top: int) -> list[dict[str, Any]]:
     """The ``top`` most sampled (wait, statement) pairs: their share of the time, summed over the
-    backends, and that time per request at ``per_s`` requests a second."""
+    backends."""
     if samples == 0:
         return []
     return [
-        {
-            "wait": wait,
-            "statement": kind,
-            "share": round(count / samples, 4),
-            "ms_per_request": round(1000 * count / samples / per_s, 4) if per_s > 0 else None,
-        }
+        {"wait": wait, "statement": kind, "share": round(count / samples, 4)}
         for (wait, kind), count in counts.most_common(top)
     ]

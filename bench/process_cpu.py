@@ -27,6 +27,7 @@ from psycopg.rows import TupleRow
 
 POSTGRES = "postgres"
 IPV4_MAPPED = "::ffff:"
+"""An IPv4 address's prefix in an IPv6 socket's, which PostgreSQL's ``host(client_addr)`` leaves out."""
 
 
 def own_and_children(process: psutil.Process) -> float:
@@ -53,11 +54,6 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def this_process_seconds() -> float:
-    """This process's user + system CPU seconds so far, every thread's (not its children's)."""
-    return time.process_time()
-
-
 def postgres_cpu_by_pid() -> dict[int, float]:
     """The CPU seconds of every ``postgres`` process on the machine (see the module), by pid."""
     seconds = {}
@@ -71,17 +67,6 @@ def postgres_cpu_by_pid() -> dict[int, float]:
     return seconds
 
 
-def postgres_cpu_seconds() -> float | None:
-    """The CPU seconds of every ``postgres`` process on the machine; None if none is visible."""
-    seconds = postgres_cpu_by_pid()
-    return sum(seconds.values()) if seconds else None
-
-
-def address(ip: str) -> str:
-    """An IPv4 address as PostgreSQL's ``host(client_addr)`` writes it (no ``::ffff:`` prefix)."""
-    return ip.removeprefix(IPV4_MAPPED)
-
-
 def local_ends(pid: int) -> set[tuple[str, int]]:
     """The local (address, port) of every TCP connection of process ``pid`` and its descendants."""
     ends = set()
@@ -90,7 +75,7 @@ def local_ends(pid: int) -> set[tuple[str, int]]:
             connections = process.net_connections(kind="tcp")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        ends |= {(address(c.laddr.ip), c.laddr.port) for c in connections if c.raddr}
+        ends |= {(c.laddr.ip.removeprefix(IPV4_MAPPED), c.laddr.port) for c in connections if c.raddr}
     return ends
 
 
@@ -110,20 +95,18 @@ QUIET_CORES = 0.1
 """Below this many cores of the servers' and PostgreSQL's CPU, a machine is quiet (``settle``)."""
 
 
-def settle(
-    pids: list[int], *, most_s: float, sample_s: float = 0.25, quiet_cores: float = QUIET_CORES
-) -> float:
+def settle(pids: list[int], *, most_s: float) -> float:
     """Wait until the servers ``pids`` (their process trees) and the machine's PostgreSQL together
-    spend under ``quiet_cores`` over one ``sample_s``, or ``most_s`` passed; the seconds waited.
+    spend under ``QUIET_CORES`` over a quarter of a second, or ``most_s`` passed; the seconds waited.
 
     So a round does not start while the work the round before left (another server's tasks'
     worker, projector, relay catching up) still runs on the same cores.
     """
 
     def busy() -> float:
-        return sum(tree_cpu_seconds(pid) for pid in pids) + (postgres_cpu_seconds() or 0.0)
+        return sum(tree_cpu_seconds(pid) for pid in pids) + sum(postgres_cpu_by_pid().values())
 
-    return _quiet(busy, most_s=most_s, sample_s=sample_s, quiet_cores=quiet_cores)
+    return _quiet(busy, most_s=most_s, sample_s=0.25, quiet_cores=QUIET_CORES)
 
 
 MACHINE_QUIET_CORES = 0.3
@@ -186,7 +169,7 @@ def read(server_pid: int, monitor: psycopg.Connection[TupleRow] | None = None) -
         server=tree_cpu_seconds(server_pid),
         server_postgres=None if backends is None else {p: postgres[p] for p in backends if p in postgres},
         postgres=sum(postgres.values()) if postgres else None,
-        client=this_process_seconds(),
+        client=time.process_time(),  # this process, every thread (not its children)
         machine=busy_cpu_seconds(),
     )
 

@@ -15,9 +15,9 @@ Leases of 2 s and 5 s, three runs of each mode (``--quick``: 2 s, one run).
 
 from __future__ import annotations
 
-import os
+import contextlib
+import itertools
 import random
-import signal
 import statistics
 import tempfile
 import time
@@ -26,8 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import Options, fresh_schema, longhaul_env, new_task, table, utc_now
-from bench.processes import WorkerProcess
+from bench.common import Options, fresh_schema, longhaul_env, new_task, table, utc_now, worker
 from store.log import StoreConfig, TaskApplication
 
 SLACK_S = 1.0
@@ -54,6 +53,14 @@ def wait_for(predicate: Callable[[], list[Any]], timeout: float, what: str) -> l
     return value
 
 
+def cancel(store: TaskApplication, task_id: uuid.UUID) -> None:
+    """Cancel the task unless it ended."""
+    task = store.get(task_id)
+    if not task.is_terminal:
+        task.cancel(now=utc_now(), reason="benchmark run over")
+        store.save_tasks(task)
+
+
 def one_run(
     options: Options, store: TaskApplication, schema: str, workdir: Path, lease: float, mode: str, n: int
 ) -> dict[str, Any]:
@@ -64,23 +71,22 @@ def one_run(
     )
     task = new_task("bench-slow", {"ticks": 10_000, "tick_ms": 100})
     store.save_tasks(task)
-    a = WorkerProcess(env, workdir / f"a-{lease}-{mode}-{n}.log")
-    b: WorkerProcess | None = None
-    try:
-        a.wait_started()
+    a_log, b_log = (workdir / f"{w}-{lease}-{mode}-{n}.log" for w in "ab")
+    with contextlib.ExitStack() as stack:
+        a = stack.enter_context(worker(env, a_log))
         wait_for(lambda: ticks(commits_by(store, task.id, a.pid))[2:], 60, "worker A to commit a few ticks")
         b_start = 0.0
         if mode == "standby":
-            b = WorkerProcess(env, workdir / f"b-{lease}-{mode}-{n}.log")
-            b.wait_started()
+            b = stack.enter_context(worker(env, b_log))
         time.sleep(random.uniform(0.0, 0.1))  # anywhere between two tick commits
         t_kill = time.time()
-        os.kill(a.pid, signal.SIGKILL)
-        a.popen.wait(10)
+        a.kill()
+        a.wait(10)
         if mode == "cold":
-            b = WorkerProcess(env, workdir / f"b-{lease}-{mode}-{n}.log")
-            b_start = b.wait_started()
-        assert b is not None
+            began = time.monotonic()
+            b = stack.enter_context(worker(env, b_log))
+            b_start = time.monotonic() - began
+        stack.callback(cancel, store, task.id)  # before B stops: it stops at once
         b_pid = b.pid
 
         def resumed() -> list[Any]:
@@ -89,14 +95,6 @@ def one_run(
 
         by_b = wait_for(resumed, lease + 60, "worker B to resume")
         by_a = commits_by(store, task.id, a.pid)
-    finally:
-        a.kill()
-        if b is not None:
-            current = store.get(task.id)
-            if not current.is_terminal:
-                current.cancel(now=utc_now(), reason="benchmark run over")
-                store.save_tasks(current)
-            b.stop()
     a_lease_end = max(e.timestamp.timestamp() for e in by_a) + lease
     grant = next(e for e in by_b if type(e).__name__ == "LeaseGranted").timestamp.timestamp()
     first_commit = ticks(by_b)[0].timestamp.timestamp()
@@ -118,28 +116,22 @@ def run(options: Options) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with fresh_schema(options.database_url, "resume") as schema, tempfile.TemporaryDirectory() as tmp:
         store = TaskApplication(StoreConfig(options.database_url, schema=schema, pool_size=2))
-        try:
-            for lease in leases:
-                for mode in MODES:
-                    runs += [
-                        one_run(options, store, schema, Path(tmp), lease, mode, n) for n in range(runs_each)
-                    ]
-        finally:
-            store.close()
+        with contextlib.closing(store):
+            for lease, mode, n in itertools.product(leases, MODES, range(runs_each)):
+                runs.append(one_run(options, store, schema, Path(tmp), lease, mode, n))
     summary = []
-    for lease in leases:
-        for mode in MODES:
-            first = [r["kill_to_first_commit_s"] for r in runs if r["lease_s"] == lease and r["mode"] == mode]
-            summary.append(
-                {
-                    "lease_s": lease,
-                    "mode": mode,
-                    "runs": len(first),
-                    "kill_to_first_commit_median_s": round(statistics.median(first), 3),
-                    "kill_to_first_commit_max_s": round(max(first), 3),
-                    "reference_lease_plus_1s": lease + SLACK_S,
-                }
-            )
+    for lease, mode in itertools.product(leases, MODES):
+        first = [r["kill_to_first_commit_s"] for r in runs if r["lease_s"] == lease and r["mode"] == mode]
+        summary.append(
+            {
+                "lease_s": lease,
+                "mode": mode,
+                "runs": len(first),
+                "kill_to_first_commit_median_s": round(statistics.median(first), 3),
+                "kill_to_first_commit_max_s": round(max(first), 3),
+                "reference_lease_plus_1s": lease + SLACK_S,
+            }
+        )
     print(
         table(
             ["lease s", "mode", "runs", "kill -> commit median s", "max s", "lease + 1 s"],

@@ -1,14 +1,13 @@
 """One client process of ``bench.sse_latency``: follows a share of the tasks' SSE streams.
 
-Run by the benchmark (``python -m bench.sse_clients``), never by hand. It reads one JSON line on
-stdin, ``{"base": URL, "tenant": T, "tasks": [task id, ...], "open_at_once": K}``, opens one
+Run by the benchmark (``python -m bench.sse_clients REQUEST``), never by hand. The request is
+JSON, ``{"base": URL, "tenant": T, "tasks": [task id, ...], "open_at_once": K}``. It opens one
 ``SubscribeToTask`` stream per task (at most K opening at once: the opening is not what is
 measured, and a burst of 1,000 opens would meet the gateway's in-flight limit), and notes when
-each frame was parsed (``time.time()``, the same clock as the parent's commit times). It writes
-``{"ready": n}`` once every stream has sent its first frame (the snapshot), then, when every
-stream has ended (the parent completed the tasks), ``{"received": [[task, version, at], ...],
-"errors": [...], "cpu_s": seconds}`` to the file named by the request's ``results``, says
-``{"done": path}`` and exits.
+each frame was parsed (``time.time()``, the same clock as the parent's commit times). It writes a
+line ``{"ready": n}`` on stdout once every stream has sent its first frame (the snapshot), then,
+when every stream has ended (the parent completed the tasks), a line ``{"received": [[task,
+version, at], ...], "errors": [...]}``, and exits.
 
 Several of these share the streams so that the client side is not the bottleneck of a run with
 1,000 streams (one Python process parsing every frame of 1,000 httpx streams could be).
@@ -20,14 +19,12 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import uvloop
 
 from api.sse import read_events
-from bench.process_cpu import this_process_seconds
 
 OPEN_RETRY_S = 0.2
 """Pause before retrying an open the gateway refused with 429 (it is busy opening others)."""
@@ -97,15 +94,9 @@ async def run(request: dict[str, Any]) -> dict[str, Any]:
         for result in await asyncio.gather(*readers, return_exceptions=True):
             if isinstance(result, BaseException):
                 errors.append(repr(result))
-    return {"received": received, "errors": errors, "cpu_s": round(this_process_seconds(), 3)}
-
-
-def main() -> None:
-    request = json.loads(sys.stdin.readline())
-    result = uvloop.run(run(request))
-    Path(request["results"]).write_text(json.dumps(result))  # large: a file, not the pipe
-    print(json.dumps({"done": request["results"]}), flush=True)
+    return {"received": received, "errors": errors}
 
 
 if __name__ == "__main__":
-    main()
+    result = uvloop.run(run(json.loads(sys.argv[1])))
+    print(json.dumps(result), flush=True)

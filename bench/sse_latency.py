@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -51,7 +50,6 @@ IDLE_S = 5.0
 """How long the open streams sit idle before the gateway's memory is taken the second time."""
 OPEN_AT_ONCE = 50
 HEADLINE = "commit -> SSE frame received"
-TO_NATS = "commit -> NATS (the relay's message)"
 GATEWAY = "NATS -> SSE frame received (the gateway's part)"
 
 
@@ -69,62 +67,47 @@ def memory(pid: int) -> dict[str, int]:
 class Clients:
     """``bench.sse_clients`` processes, each following a share of the tasks' streams."""
 
-    def __init__(self, base: str, tasks: list[Task], processes: int, open_at_once: int) -> None:
-        shares = [tasks[i::processes] for i in range(processes)]
+    def __init__(self, base: str, tasks: list[Task], processes: int) -> None:
         self.processes: list[subprocess.Popen[str]] = []
-        for share in (s for s in shares if s):
-            process = subprocess.Popen(
-                [sys.executable, "-m", "bench.sse_clients"],
-                cwd=REPO_ROOT,
-                env=process_env(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+        for i in range(processes):
+            share = [str(t.id) for t in tasks[i::processes]]
+            request = {"base": base, "tenant": TENANT, "tasks": share, "open_at_once": OPEN_AT_ONCE}
+            command = [sys.executable, "-m", "bench.sse_clients", json.dumps(request)]
+            self.processes.append(
+                subprocess.Popen(command, cwd=REPO_ROOT, env=process_env(), stdout=subprocess.PIPE, text=True)
             )
-            assert process.stdin is not None
-            request: dict[str, Any] = {"base": base, "tenant": TENANT, "tasks": [str(t.id) for t in share]}
-            results = Path(tempfile.mkdtemp(prefix="sse-client-")) / "received.json"
-            request |= {"open_at_once": open_at_once, "results": str(results)}
-            process.stdin.write(json.dumps(request) + "\n")
-            process.stdin.flush()
-            self.processes.append(process)
 
-    def _line(self, process: subprocess.Popen[str]) -> dict[str, Any]:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"a client process ended with {process.wait()} before it answered")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+    def answers(self) -> Iterator[dict[str, Any]]:
+        """The next line of every process, in turn."""
+        for process in self.processes:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"a client process ended with {process.wait()} before it answered")
+            yield json.loads(line)
 
     def wait_ready(self) -> None:
         """Block until every stream of every client has sent its first frame."""
-        for process in self.processes:
-            answer = self._line(process)
+        for answer in self.answers():
             if not answer.get("ready"):
                 raise RuntimeError(f"a client process could not open its streams: {answer}")
 
-    def results(self) -> tuple[dict[tuple[str, int], float], list[str], list[float]]:
-        """Every frame's arrival, the clients' errors and CPU seconds, once every stream ended."""
+    def results(self) -> tuple[dict[tuple[str, int], float], list[str]]:
+        """Every frame's arrival and the clients' errors, once every stream ended."""
         received: dict[tuple[str, int], float] = {}
         errors: list[str] = []
-        cpu: list[float] = []
-        for process in self.processes:
-            done = Path(self._line(process)["done"])
-            answer = json.loads(done.read_text())
-            done.unlink()
+        for answer in self.answers():
             for task, version, at in answer["received"]:
                 received.setdefault((task, version), at)
             errors.extend(answer["errors"])
-            cpu.append(answer["cpu_s"])
+        for process in self.processes:
             process.wait(30)
-        return received, errors, cpu
+        return received, errors
 
     def kill(self) -> None:
         for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+            process.kill()
+            process.wait(10)
 
 
 def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[str, Any]:
@@ -153,7 +136,7 @@ def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[st
         wait_serving(base, gateway, log)
         time.sleep(1.0)  # the gateway settles (its first requests' imports, pools)
         before = memory(gateway.pid)
-        clients = Clients(base, tasks, max(1, streams // 250), OPEN_AT_ONCE)
+        clients = Clients(base, tasks, max(1, streams // 250))
         clients.wait_ready()
         time.sleep(IDLE_S)
         idle = memory(gateway.pid)
@@ -166,14 +149,14 @@ def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[st
             for task in tasks:
                 task.complete(epoch=task.lease_epoch, now=utc_now(), message=None)
             store.save_tasks(*tasks)
-            received, errors, _ = clients.results()
+            received, errors = clients.results()
     finally:
         if clients is not None:
             clients.kill()
         stop(gateway)
     missing = sum(1 for key in committed if key not in received)
     print(f"\n{streams} streams: {len(committed)} commits in {load_s:.1f} s, {missing} frames missing")
-    latency = latencies(committed, watcher.times, received, (TO_NATS, HEADLINE, GATEWAY), watcher)
+    latency = latencies(committed, watcher.times, received, (HEADLINE, GATEWAY), watcher)
     return {
         "streams": streams,
         "rate_per_s": RATE,

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,10 @@ import psycopg
 from eventsourcing.utils import get_topic
 from psycopg import sql
 
-from bench.common import Options, fresh_schema, longhaul_env, new_task, table
+from bench.common import Options, fresh_schema, longhaul_env, new_task, table, worker
 from bench.noop_skills import noop_skill_name
 from bench.pg_waits import WaitSampler, waits_table
 from bench.process_cpu import tree_cpu_seconds
-from bench.processes import WorkerProcess
 from domain.task import Task
 from store.log import StoreConfig, TaskApplication
 
@@ -51,36 +51,23 @@ EVENT_PAYLOAD = json.dumps(
 ).encode()
 
 
-def sizes(quick: bool) -> tuple[int, float]:
-    """Tasks per run, and seconds per plain-psycopg client count."""
-    return (400, 2.0) if quick else (2000, 5.0)
-
-
 # ----------------------------------------------------------------------------- plain psycopg
 
 
 def setup_plain(database_url: str, schema: str, tasks: int) -> None:
-    ident = sql.Identifier(schema)
+    """The baseline's two tables in ``schema``, ``tasks`` task rows in one."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
-                "CREATE TABLE {}.plain_events (id bigserial, task_id uuid NOT NULL, version int NOT NULL,"
-                " topic text NOT NULL, state bytea NOT NULL, PRIMARY KEY (task_id, version))"
-            ).format(ident)
+                "CREATE TABLE {schema}.plain_events (id bigserial, task_id uuid NOT NULL,"
+                " version int NOT NULL, topic text NOT NULL, state bytea NOT NULL,"
+                " PRIMARY KEY (task_id, version));"
+                " CREATE TABLE {schema}.plain_tasks (task_id uuid PRIMARY KEY, version int NOT NULL,"
+                " state text NOT NULL, next_step int NOT NULL, lease_until timestamptz);"
+                " INSERT INTO {schema}.plain_tasks"
+                " SELECT gen_random_uuid(), 0, 'TASK_STATE_WORKING', 0, now() FROM generate_series(1, {n})"
+            ).format(schema=sql.Identifier(schema), n=tasks)
         )
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.plain_tasks (task_id uuid PRIMARY KEY, version int NOT NULL,"
-                " state text NOT NULL, next_step int NOT NULL, lease_until timestamptz)"
-            ).format(ident)
-        )
-        with conn.cursor() as cur:
-            cur.executemany(
-                sql.SQL("INSERT INTO {}.plain_tasks VALUES (%s, 0, 'TASK_STATE_WORKING', 0, now())").format(
-                    ident
-                ),
-                [(uuid.uuid4(),) for _ in range(tasks)],
-            )
 
 
 def plain_commits(database_url: str, schema: str, clients: int, seconds: float) -> float:
@@ -95,49 +82,33 @@ def plain_commits(database_url: str, schema: str, clients: int, seconds: float) 
         "UPDATE {}.plain_tasks SET version = %s, next_step = next_step + 1, lease_until = now()"
         " WHERE task_id = %s AND version = %s"
     ).format(ident)
-    counts = [0] * clients
-    start = threading.Barrier(clients + 1)
-    stop = threading.Event()
-    errors: list[BaseException] = []
+    with ExitStack() as stack:  # every client's connection open before the clock starts
+        connections = [stack.enter_context(psycopg.connect(database_url)) for _ in range(clients)]
+        began = time.perf_counter()
 
-    def client(index: int) -> None:
-        try:
+        def client(index: int) -> int:
+            """The commits of one client until ``seconds`` have passed (a version conflict: an error)."""
             mine: dict[uuid.UUID, int] = dict(rows[index::clients])
             ids = list(mine)
-            with psycopg.connect(database_url) as conn:
-                start.wait()
-                while not stop.is_set():
-                    task_id = ids[counts[index] % len(ids)]
-                    version = mine[task_id]
-                    with conn.transaction(), conn.cursor() as cur:
-                        cur.execute(
-                            insert, (task_id, version + 1, "domain.task:Task.StepCompleted", EVENT_PAYLOAD)
-                        )
-                        cur.execute(update, (version + 1, task_id, version))
-                        if cur.rowcount != 1:
-                            raise RuntimeError("version conflict in the baseline")
-                    mine[task_id] = version + 1
-                    counts[index] += 1
-        except BaseException as error:  # noqa: BLE001 - raised by the caller
-            errors.append(error)
-            stop.set()
-            start.abort()  # a client that could not connect must not leave the others waiting
+            conn = connections[index]
+            commits = 0
+            while time.perf_counter() - began < seconds:
+                task_id = ids[commits % len(ids)]
+                version = mine[task_id]
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(
+                        insert, (task_id, version + 1, "domain.task:Task.StepCompleted", EVENT_PAYLOAD)
+                    )
+                    cur.execute(update, (version + 1, task_id, version))
+                    if cur.rowcount != 1:
+                        raise RuntimeError("version conflict in the baseline")
+                mine[task_id] = version + 1
+                commits += 1
+            return commits
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    try:
-        start.wait()
-    except threading.BrokenBarrierError:
-        raise errors[0] if errors else RuntimeError("a baseline client failed") from None
-    began = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(30)
-    if errors:
-        raise errors[0]
-    return sum(counts) / (time.perf_counter() - began)
+        with ThreadPoolExecutor(clients) as pool:
+            commits = sum(pool.map(client, range(clients)))  # a client's error is raised here
+        return commits / (time.perf_counter() - began)
 
 
 # ----------------------------------------------------------------------------- longhaul
@@ -148,13 +119,8 @@ def submit_tasks(store: TaskApplication, count: int, skill: str, batch: int = 50
         store.save_tasks(*(new_task(skill) for _ in range(min(batch, count - start))))
 
 
-def completed_count(conn: psycopg.Connection[Any], schema: str) -> int:
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {}.longhaul_run_queue WHERE state = 'TASK_STATE_COMPLETED'").format(
-            sql.Identifier(schema)
-        )
-    ).fetchone()
-    return int(row[0]) if row else 0
+def completed(store: TaskApplication) -> int:
+    return store.run_queue.state_counts().get("TASK_STATE_COMPLETED", 0)
 
 
 def step_times(store: TaskApplication) -> list[float]:
@@ -176,28 +142,21 @@ def run_longhaul(
     env = longhaul_env(
         options.database_url, schema, worker_concurrency=concurrency, lease_seconds=30, worker_grace_seconds=2
     )
-    monitor = psycopg.connect(options.database_url, autocommit=True)  # before the workers take theirs
-    processes = [WorkerProcess(env, workdir / f"worker{i}.log") for i in range(workers)]
-    try:
-        for worker in processes:
-            worker.wait_started()
-        cpu_before = [tree_cpu_seconds(w.pid) for w in processes]
+    with ExitStack() as stack:
+        processes = [stack.enter_context(worker(env, workdir / f"worker{i}.log")) for i in range(workers)]
+        cpu_before = [tree_cpu_seconds(p.pid) for p in processes]
         began = time.time()
         with WaitSampler(options.database_url, schema=schema, every_s=0.05) as sampler:
             submit_tasks(store, tasks, noop_skill_name(STEPS))
             deadline = time.monotonic() + TIMEOUT_S
-            while (done := completed_count(monitor, schema)) < tasks and time.monotonic() < deadline:
+            while (done := completed(store)) < tasks and time.monotonic() < deadline:
                 time.sleep(0.2)
         wall = time.time() - began
         cpu = [
-            round((tree_cpu_seconds(w.pid) - c) / wall, 3) for w, c in zip(processes, cpu_before, strict=True)
+            round((tree_cpu_seconds(p.pid) - c) / wall, 3) for p, c in zip(processes, cpu_before, strict=True)
         ]
         if done < tasks:
             raise RuntimeError(f"only {done}/{tasks} tasks completed in {TIMEOUT_S:.0f} s; see {workdir}")
-    finally:
-        for worker in processes:
-            worker.stop()
-        monitor.close()
     steps = step_times(store)
     store.close()
     span = steps[-1] - steps[0] if len(steps) > 1 else float("nan")
@@ -209,13 +168,14 @@ def run_longhaul(
         "steps_per_s_first_to_last": round((len(steps) - 1) / span, 1) if span > 0 else float("nan"),
         "tasks_per_s_wall": round(tasks / wall, 1),
         "worker_cpu_cores": cpu,
-        "pg_waits": waits_table(sampler.counts, sampler.samples, 0.0, top=8),
+        "pg_waits": waits_table(sampler.counts, sampler.samples, top=8),
     }
 
 
 def run(options: Options) -> dict[str, Any]:
     """Plain psycopg before, both longhaul runs, plain psycopg after, printed: the results."""
-    tasks, plain_seconds = sizes(options.quick)
+    # tasks per run, and seconds per plain-psycopg client count
+    tasks, plain_seconds = (400, 2.0) if options.quick else (2000, 5.0)
     runs: dict[str, Any] = {}
     with fresh_schema(options.database_url, "steps") as schema, tempfile.TemporaryDirectory() as tmp:
         setup_plain(options.database_url, schema, tasks=max(PLAIN_CLIENTS) * 20)

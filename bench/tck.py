@@ -22,22 +22,12 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    DEFAULT_DATABASE_URL,
-    DEFAULT_NATS_URL,
-    delete_stream,
-    free_port,
-    fresh_schema,
-    longhaul_env,
-    start,
-    stop,
-    wait_serving,
-)
+from bench.a2a_servers import servers
+from bench.common import DEFAULT_DATABASE_URL, DEFAULT_NATS_URL, Options
 
 SUMMARY = re.compile(r"^=*\s*(?P<counts>(\d+ \w+(, )?)+) in [\d.]+s")
 TCK_ID_LINE = '    return f"tck-{name}-{_SESSION}"'
@@ -71,42 +61,20 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     tck = export_tck(args.tck_git_dir, args.ref, workdir / "tck")
     python = tck_venv(workdir / "venv", tck)
-    commit = subprocess.run(
-        ["git", "--git-dir", str(args.tck_git_dir), "rev-parse", args.ref],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    commit = git(args.tck_git_dir, "rev-parse", args.ref).decode().strip()
     copies = [("as published", tck)]
     if args.unique_message_ids:
         copies.append(("unique messageIds", patched_copy(tck, workdir / "tck-unique")))
 
-    stream = f"TCK_{uuid.uuid4().hex[:8].upper()}"
-    with fresh_schema(args.database_url, "tck") as schema:
-        port = free_port()
-        env = longhaul_env(
-            args.database_url,
-            schema,
-            default_skill="conformance",  # the TCK's conformance skill, loopback webhooks
-            allow_private_webhooks="true",
-            nats_url=args.nats_url,
-            nats_stream=stream,
-            nats_subject_prefix=stream.lower(),
-            port=port,
-            data_dir=workdir / "data",
-        )
-        up_log = workdir / "up.log"
-        up = start(["longhaul.cli", "up"], env, up_log)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_serving(base, up, up_log, timeout=90)
-            results = {
-                name: [run_level(python, copy, base, args.transport, level, workdir) for level in args.levels]
-                for name, copy in copies
-            }
-        finally:
-            stop(up, 60.0)
-            delete_stream(args.nats_url, stream)
+    options = Options(args.database_url, args.nats_url, quick=False)
+    # ``longhaul up`` (its log: longhaul.log) with the TCK's conformance skill, loopback webhooks
+    settings = {"default_skill": "conformance", "allow_private_webhooks": "true"}
+    with servers(["longhaul"], options, workdir, **settings) as urls:
+        base = urls["longhaul"][0]
+        results = {
+            name: [run_level(python, copy, base, args.transport, level, workdir) for level in args.levels]
+            for name, copy in copies
+        }
 
     print(f"\nA2A TCK {args.ref} at {commit[:7]}, --transport {args.transport}, against longhaul up")
     for name, levels in results.items():
@@ -126,14 +94,16 @@ def main() -> None:
     print(f"\nsummary written to {workdir / 'tck-results.json'}")
 
 
+def git(git_dir: Path, *args: str) -> bytes:
+    """What ``git --git-dir GIT_DIR ARGS...`` writes on stdout."""
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True).stdout
+
+
 def export_tck(git_dir: Path, ref: str, target: Path) -> Path:
     """A fresh export of ``ref`` in ``target`` (``git archive``: no history, nothing to commit)."""
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "archive", ref], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=git(git_dir, "archive", ref), check=True)
     return target
 
 

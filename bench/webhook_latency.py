@@ -13,13 +13,13 @@ raw NATS at the same rate in the same run.
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import timedelta
 from typing import Any
+
+import httpx
 
 from bench.common import (
     REPO_ROOT,
@@ -40,7 +40,6 @@ from workers.webhook_signing import new_secret
 RATE = 200.0
 SUBMITTERS = 4
 HEADLINE = "commit -> webhook delivered (COMPLETED)"
-TO_NATS = "commit -> NATS (the relay's message)"
 DISPATCHER = "NATS -> webhook delivered (the dispatcher's part)"
 STATES = ("TASK_STATE_WORKING", "TASK_STATE_COMPLETED")
 
@@ -59,15 +58,12 @@ class Receiver:
         self.base = f"http://127.0.0.1:{int(self.process.stdout.readline())}"
         self.url = f"{self.base}/hook"
 
-    def _get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.base + path, timeout=30) as response:
-            return json.loads(response.read())
-
     def count(self) -> int:
-        return int(self._get("/count"))
+        return int(httpx.get(f"{self.base}/count", timeout=30).json())
 
     def times(self) -> dict[tuple[str, str], float]:
-        return {(task, state): float(at) for task, state, at in self._get("/arrivals")}
+        arrivals = httpx.get(f"{self.base}/arrivals", timeout=30).json()
+        return {(task, state): float(at) for task, state, at in arrivals}
 
     def close(self) -> None:
         stop(self.process)
@@ -118,7 +114,7 @@ def run(options: Options) -> dict[str, Any]:
     done = {t: at for (t, state), at in hooks.items() if state == STATES[1]}
     missing = sum(1 for t in committed for s in STATES if (t, s) not in hooks)
     print(f"{len(committed)} tasks in {load_s:.1f} s, {missing} webhooks missing")
-    latency = latencies(committed, published, done, (TO_NATS, HEADLINE, DISPATCHER), watcher)
+    latency = latencies(committed, published, done, (HEADLINE, DISPATCHER), watcher)
     return {
         "rate_per_s": RATE,
         "tasks": len(committed),

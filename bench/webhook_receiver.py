@@ -1,9 +1,9 @@
 """The webhook receiver of the webhook part (``bench.webhook_latency``), in a process of its own.
 
-It answers each POST from an event loop of its own (uvloop's where installed) with a bare
-HTTP/1.1 protocol: the request's headers split once, its body read to ``Content-Length``, the
-time noted, the 200 written, and only then the update parsed and kept. A receiver's own time is
-in every delivery lane's next POST (each waits for the 2xx before it), so it is kept small here.
+It answers each POST from a uvloop event loop of its own with a bare HTTP/1.1 protocol: the
+request's headers split once, its body read to ``Content-Length``, the time noted, the 200
+written, and only then the update parsed and kept. A receiver's own time is in every delivery
+lane's next POST (each waits for the 2xx before it), so it is kept small here.
 
 It prints its port on the first line of stdout; ``GET /count`` says how many updates arrived,
 ``GET /arrivals`` lists them (``[task id, state, epoch seconds]``), each the first arrival of
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import time
 from typing import Any
+
+import uvloop
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -85,26 +86,13 @@ class Receiver(asyncio.Protocol):
 
 
 async def serve() -> None:
-    """Serve on a free loopback port until SIGTERM."""
+    """Serve on a free loopback port until killed (``SIGTERM``)."""
     arrivals = Arrivals()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Receiver(arrivals), "127.0.0.1", 0, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    server.close()
-
-
-def main() -> None:
-    try:
-        import uvloop  # where installed (not on Windows)
-    except ImportError:
-        asyncio.run(serve())
-    else:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(serve())
+    await server.serve_forever()
 
 
 if __name__ == "__main__":
-    main()
+    uvloop.run(serve())

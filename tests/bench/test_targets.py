@@ -28,7 +28,7 @@ def target(target_id: str) -> Target:
 
 
 def row(per_s: float, p50: float = 10.0, p99: float = 50.0, **extra: Any) -> dict[str, Any]:
-    """One server's summary, as ``bench.a2a_report.summarise`` makes it."""
+    """One server's summary, as ``bench.a2a_compare.summarise`` makes it."""
     return {"per_s_median": per_s, "p50_ms": p50, "p99_ms": p99, "errors": 0, "refused": 0} | extra
 
 
