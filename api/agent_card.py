@@ -7,7 +7,9 @@ longhaul's durability policy is a declared A2A extension in ``capabilities.exten
 ``DURABILITY_EXTENSION``, ``required: false``): what a caller may rely on about retention, restarts,
 pauses, resends and stream resumption, with the figures this deployment runs with. No request
 needs to activate it; it describes, it changes nothing on the wire. A second extension
-(``SECRET_EXTENSION``) declares the part metadata key that marks a part secret.
+(``SECRET_EXTENSION``) declares the part metadata key that marks a part secret; a third
+(``FILES_EXTENSION``, on a gateway with a file store) says files are kept and served by
+reference: where they are downloaded and uploaded, and the limits.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from domain.skill import Skill, SkillRegistry
+from store.public_form import FILES_PATH, UPLOADS
 from store.secrets import REDACTED_PART, SECRET_EXTENSION
 
 JSON = dict[str, Any]
@@ -33,6 +36,8 @@ MEDIA_MODES = ["text/plain", "application/json"]
 CACHE_CONTROL = "public, max-age=300"
 DURABILITY_EXTENSION = "urn:longhaul:a2a:durability:v1"
 """The URI of longhaul's durability policy extension (docs/api.md#the-durability-extension)."""
+FILES_EXTENSION = "urn:longhaul:a2a:files:v1"
+"""The URI of the extension that says files are served by reference (docs/api.md#files)."""
 
 _DURATION = TypeAdapter(timedelta)
 
@@ -68,12 +73,26 @@ class CardDocument:
         return "*" in tags or self.etag in tags
 
 
+@dataclass(frozen=True)
+class FilesPolicy:
+    """The figures of the files extension: the largest upload, and whether answers give pre-signed URLs."""
+
+    max_upload_bytes: int
+    pre_signed: bool = False
+    url_expiry: timedelta = timedelta(minutes=15)
+
+
 BEARER_SCHEME = "bearer"
 """The name of the bearer API key scheme in the card's ``securitySchemes``."""
 
 
 def build_agent_card(
-    registry: SkillRegistry, public_url: str, policy: DurabilityPolicy, *, bearer: bool = False
+    registry: SkillRegistry,
+    public_url: str,
+    policy: DurabilityPolicy,
+    *,
+    bearer: bool = False,
+    files: FilesPolicy | None = None,
 ) -> JSON:
     """The card: our interfaces, capabilities (with the durability extension) and skills.
 
@@ -81,6 +100,7 @@ def build_agent_card(
     extension lists every version this release runs, for tasks pinned to an older one.
     ``bearer``: every method needs an API key as a bearer token, and the card says so in
     ``securitySchemes`` and ``securityRequirements`` (without it, the open dev tenant, neither).
+    With ``files`` (a file store) the card declares the files extension.
     """
     newest: dict[str, Skill] = {}
     for skill in registry.all():  # sorted by name, then version: the last one per name wins
@@ -101,7 +121,11 @@ def build_agent_card(
             "streaming": policy.streaming,
             "pushNotifications": True,
             "extendedAgentCard": False,
-            "extensions": [durability_extension(registry, policy), secret_parts_extension()],
+            "extensions": [
+                durability_extension(registry, policy),
+                secret_parts_extension(),
+                *([files_extension(base, files)] if files is not None else []),
+            ],
         },
         "defaultInputModes": list(MEDIA_MODES),
         "defaultOutputModes": list(MEDIA_MODES),
@@ -136,6 +160,35 @@ def secret_parts_extension() -> JSON:
         ),
         "required": False,
         "params": {"marker": "part metadata key", "redactedPart": REDACTED_PART},
+    }
+
+
+def files_extension(base: str, policy: FilesPolicy) -> JSON:
+    """The ``AgentExtension`` that says files are kept and served by reference (docs/api.md, Files)."""
+    params: JSON = {
+        "download": base + FILES_PATH + "/{taskId}/{sha256}",
+        "upload": base + FILES_PATH,
+        "uploadedUrl": base + FILES_PATH + "/" + UPLOADS + "/{sha256}",
+        "maxUploadBytes": policy.max_upload_bytes,
+        "rangeRequests": True,
+        "preSigned": policy.pre_signed,
+    }
+    if policy.pre_signed:
+        params["preSignedExpirySeconds"] = policy.url_expiry.total_seconds()
+    return {
+        "uri": FILES_EXTENSION,
+        "description": (
+            "Files by reference: a file part of a task (an artifact, a message) is a URL, never its "
+            "bytes; each file part's metadata holds its sha256 and size. The URL is the gateway's "
+            "`download` (the same API key and tenant as every method; ETag is the SHA-256; Range "
+            "requests resume a download) or, with `preSigned`, a URL of the object store valid "
+            "for `preSignedExpirySeconds` (read the task again for a fresh one). A client uploads a "
+            "file with one POST of its bytes to `upload` (at most `maxUploadBytes`; the request's "
+            "Content-Type is its media type, a `filename` query parameter its name) and puts the "
+            "URL it answers in a message's file part."
+        ),
+        "required": False,
+        "params": params,
     }
 
 

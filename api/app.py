@@ -25,6 +25,7 @@ from api.agent_card import (
     REST_PATH,
     CardDocument,
     DurabilityPolicy,
+    FilesPolicy,
     build_agent_card,
     card_document,
     package_version,
@@ -138,8 +139,17 @@ def create_app(config: GatewayConfig) -> Litestar:
         retention_overridden=config.retention_overridden,
         streaming=streams.available,
     )
+    files_policy = None
+    if config.files is not None:
+        files_policy = FilesPolicy(config.max_upload_bytes, config.files.signs, config.file_url_expiry)
     card = card_document(
-        build_agent_card(config.registry, config.public_url, policy, bearer=config.api_keys is not None),
+        build_agent_card(
+            config.registry,
+            config.public_url,
+            policy,
+            bearer=config.api_keys is not None,
+            files=files_policy,
+        ),
         modified=config.clock(),
     )
     limit = LimitInFlight(config.max_in_flight, config.overload_target_s)

@@ -127,6 +127,11 @@ class FileStore:
             return None
         return await obstore.sign_async(self.store, "GET", address(sha256), expires)
 
+    @property
+    def signs(self) -> bool:
+        """Whether ``signed_url`` gives URLs (an object store in the cloud; not a directory)."""
+        return isinstance(self.store, S3Store | GCSStore | AzureStore)
+
     async def delete(self, sha256: str) -> None:
         """Remove the file (nothing happens when it is not stored)."""
         await self._forget(address(sha256))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 from litestar import Litestar
 
-from api.agent_card import DURABILITY_EXTENSION
+from api.agent_card import DURABILITY_EXTENSION, FILES_EXTENSION
+from store.files import FileStore
 from store.secrets.secret_parts import REDACTED_PART, SECRET_EXTENSION
 from tests.api.support import PUBLIC_URL, http_client
 
@@ -82,3 +84,24 @@ async def test_the_durability_extension_carries_the_figures_the_app_was_given(
     assert secrets["uri"] == SECRET_EXTENSION
     assert secrets["required"] is False
     assert secrets["params"]["redactedPart"] == REDACTED_PART
+
+
+async def test_a_gateway_with_a_file_store_declares_files_by_reference(
+    make_app: Callable[..., Litestar], tmp_path: Path
+) -> None:
+    files = FileStore.from_url(f"file://{tmp_path}")
+    async with http_client(make_app(files=files, max_upload_bytes=1000)) as http:
+        card = (await http.get("/.well-known/agent-card.json")).json()
+
+    extensions = card["capabilities"]["extensions"]
+    assert [e["uri"] for e in extensions] == [DURABILITY_EXTENSION, SECRET_EXTENSION, FILES_EXTENSION]
+    files_extension = extensions[2]
+    assert files_extension["required"] is False
+    assert files_extension["params"] == {
+        "download": f"{PUBLIC_URL}/a2a/files/{{taskId}}/{{sha256}}",
+        "upload": f"{PUBLIC_URL}/a2a/files",
+        "uploadedUrl": f"{PUBLIC_URL}/a2a/files/uploads/{{sha256}}",
+        "maxUploadBytes": 1000,
+        "rangeRequests": True,
+        "preSigned": False,
+    }
