@@ -6,9 +6,10 @@
 
 The parts, in order: ``steps`` (``bench.step_throughput``), ``a2a`` (``bench.a2a_compare``:
 the request path beside the a2a-sdk server, load at 128 clients), ``sse``
-(``bench.sse_latency``), ``webhook`` (``bench.webhook_latency``) and ``resume``
-(``bench.resume_after_kill``). They need the machine's PostgreSQL and NATS JetStream
-(``--database-url``, ``--nats-url``); each makes its own schema and stream and drops them.
+(``bench.sse_latency``), ``webhook`` (``bench.webhook_latency``), ``resume``
+(``bench.resume_after_kill``) and ``files`` (``bench.big_files``: 1 GiB through the file store).
+They need the machine's PostgreSQL and NATS JetStream (``--database-url``, ``--nats-url``);
+each makes its own schema and stream and drops them.
 Each part starts once the machine is quiet (``bench.process_cpu.settle_machine``), so that what
 the part before left running does not run in its window. A part that fails is recorded as such
 and the others still run. The targets' table (``bench.targets``) is printed at the end and the
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import a2a_compare, resume_after_kill, sse_latency, step_throughput, webhook_latency
+from bench import a2a_compare, big_files, resume_after_kill, sse_latency, step_throughput, webhook_latency
 from bench.common import (
     DEFAULT_DATABASE_URL,
     DEFAULT_NATS_URL,
@@ -45,6 +46,7 @@ PARTS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "sse": sse_latency.run,
     "webhook": webhook_latency.run,
     "resume": resume_after_kill.run,
+    "files": big_files.run,
 }
 RESULTS = REPO_ROOT / "bench" / "results" / "bench.json"
 SETTLE_S = 60.0
