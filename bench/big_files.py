@@ -73,10 +73,8 @@ def finished(base: str, skill: str, data: dict[str, Any]) -> dict[str, Any]:
         "parts": parts,
         "metadata": {"skill": skill},
     }
-    sent: dict[str, Any] = rpc(
-        base, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}}
-    )
-    task = sent["task"]
+    sent = rpc(base, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
+    task: dict[str, Any] = sent["task"]
     while task["status"]["state"] not in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED"):
         time.sleep(0.2)
         task = rpc(base, "GetTask", {"id": task["id"], "historyLength": 0})
