@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 from api.api_keys import ApiKeyError, mint_key
+from longhaul import wiring
 from longhaul.errors import CommandError
 from longhaul.local_services import store_for_reading
 from longhaul.settings import Settings
 from projections.projector import lags, rebuild_all
+from store.evidence import BlockingFiles, FileRetention, sweep_files
 
 
 def migrate(settings: Settings) -> int:
@@ -48,12 +52,35 @@ def keys_new(tenant: str) -> int:
 
 
 def erase(settings: Settings, tenant: str) -> int:
-    """Destroy the secret keys of every task of ``tenant``: their sealed parts become unreadable.
+    """Destroy the secret keys of every task of ``tenant`` and delete the stored files of its tasks.
 
-    The events stay (the ciphertext with them, so every chain still verifies); a live task whose
-    next step needs a destroyed secret fails, saying so.
+    The sealed parts become unreadable. The tasks are recorded as erased, and the files their
+    events (and the tenant's uploads) refer to are deleted from the file store unless a task of
+    another tenant holds them. The events stay (the ciphertext and the files' hashes with them,
+    so every chain still verifies); a live task whose next step needs a destroyed secret or file
+    fails, saying so. 1 if some files could not be looked at yet (no projector keeps the file
+    index up with the log): run it again once one runs.
     """
-    with store_for_reading(settings, "erase") as store:
+    clock = wiring.system_clock(settings)
+    with (
+        store_for_reading(settings, "erase") as store,
+        BlockingFiles(lambda: wiring.file_store(settings)) as files,
+    ):
         erased = store.erase_tenant(tenant)
+        let_go = FileRetention(store).erase_tenant_files(tenant, now=clock())
+        sweep = sweep_files(store, files, now=clock()) if let_go.files else None
     print(f"erased the keys of {erased} tasks of tenant {tenant}: their secrets can no longer be read")
+    if sweep is None:
+        return 0
+    print(
+        f"its tasks refer to {let_go.files} stored files: deleted {sweep.deleted} nothing else holds,"
+        f" {sweep.held} still held by other tenants' tasks or archives"
+    )
+    if sweep.waiting:
+        print(
+            f"longhaul: {sweep.waiting} stored files wait to be deleted: the file index trails the log"
+            " (run a projector, then erase again)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -37,14 +37,18 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="claim runnable tasks under a lease and run their steps")
     sub.add_parser("sweeper", help="end pauses past their deadline; expire tasks past retention")
     sub.add_parser("relay", help="publish every committed event to NATS JetStream, in commit order")
-    sub.add_parser("projector", help="keep the current-task view and the retention index following the log")
+    sub.add_parser(
+        "projector",
+        help="keep the current-task view, the retention index and the file index following the log",
+    )
     sub.add_parser("dispatcher", help="deliver push notifications (webhooks) with retries, signed")
     sub.add_parser(
         "sequencer",
         help="keep the Merkle tree over every event; sign checkpoints of it, publish them on NATS",
     )
     projections = sub.add_parser(
-        "projections", help="the read models (task view, retention index): rebuild them, or show their lag"
+        "projections",
+        help="the read models (task view, retention index, file index): rebuild them, or show their lag",
     )
     actions = projections.add_subparsers(
         dest="action", required=True, metavar="ACTION", help="rebuild or status"
@@ -80,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     new_key = key_actions.add_parser("new", help="mint a key; print it and the line for the key file")
     new_key.add_argument("tenant", metavar="TENANT", help="the tenant the key authenticates as")
     erase = sub.add_parser(
-        "erase", help="destroy the secret keys of a tenant's tasks: their secrets become unreadable"
+        "erase",
+        help="destroy the secret keys of a tenant's tasks and delete their stored files",
     )
     erase.add_argument("--tenant", required=True, metavar="TENANT", help="the tenant whose keys go")
     cli_help.describe_main(parser)
@@ -111,6 +116,11 @@ def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     archive.add_argument(
         "--to", type=Path, required=True, metavar="DIR", help="directory the archive file is written to"
     )
+    archive.add_argument(
+        "--files-by-reference",
+        action="store_true",
+        help="name the stored files by hash and keep them in the file store, instead of their bytes",
+    )
     receipt = sub.add_parser(
         "receipt", help="print a task's receipt: the latest signed checkpoint and its last event's proof"
     )
@@ -124,6 +134,14 @@ def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify.add_argument(
         "--archive", type=Path, metavar="FILE", help="check the tasks of this archive file, not the store"
     )
+    files = verify.add_mutually_exclusive_group()
+    files.add_argument(
+        "--files-sample",
+        type=_count,
+        metavar="N",
+        help="rehash N of the stored files the tasks refer to, chosen at random (default: every one)",
+    )
+    files.add_argument("--no-files", action="store_true", help="do not read the stored files")
 
 
 def _from_one(what: str) -> Callable[[str], int]:
@@ -233,9 +251,13 @@ ONE_SHOT: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
         effects=args.effects,
     ),
     "deliveries": lambda args, settings: reports.deliveries(settings, args.task_id, as_json=args.json),
-    "archive": lambda args, settings: evidence_commands.archive(settings, args.to),
+    "archive": lambda args, settings: evidence_commands.archive(
+        settings, args.to, files_by_reference=args.files_by_reference
+    ),
     "receipt": lambda args, settings: reports.receipt(settings, args.task_id, out=args.out),
-    "verify": lambda args, settings: evidence_commands.verify(settings, args.archive),
+    "verify": lambda args, settings: evidence_commands.verify(
+        settings, args.archive, files_sample=args.files_sample, check_files=not args.no_files
+    ),
     "tail": _tail,
     "skills": lambda _, settings: reports.skills(settings),
     "retrying": lambda args, settings: reports.retrying(settings, limit=args.limit),

@@ -96,8 +96,10 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "projector": (
         (
-            "Keep the current-task view (what ListTasks reads) and the retention index (what the"
-            " sweeper searches) following the log until stopped, with exactly-once tracking: each"
+            "Keep the current-task view (what ListTasks reads), the retention index (what the"
+            " sweeper searches) and the file index (which tasks refer to which stored files: what"
+            " `archive` and `erase` ask before they delete one) following the log until stopped,"
+            " with exactly-once tracking: each"
             " row and the log position it reflects are one transaction. After a failure each starts"
             " again from its recorded position. Not with LONGHAUL_STORE=memory."
         ),
@@ -155,8 +157,8 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "projections": (
         (
-            "The read models. `rebuild` recomputes the current-task view and the retention index"
-            " from the log while the service runs (a running projector waits, then carries on);"
+            "The read models. `rebuild` recomputes the current-task view, the retention index and the"
+            " file index from the log while the service runs (a running projector waits, then carries on);"
             " `status` prints each one's log position and how far it trails the log."
         ),
         ("database_url", "database_schema", "data_dir"),
@@ -193,10 +195,18 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " run it again. Finds the database as `history` does. Each event goes with its chain"
             " hash, and each task's events with the receipt of its last one (`longhaul verify --archive"
             " FILE` checks them). A task no signed checkpoint covers yet stays for a later run; one"
-            " whose chain has a fault is refused, named on stderr, and the run exits 1. Format:"
-            " docs/audit.md, The archive format."
+            " whose chain has a fault, or that refers to a stored file the file store lacks, is"
+            " refused, named on stderr, and the run exits 1. Format: docs/audit.md, The archive format."
+            "\n"
+            "The bytes of every stored file the archived events refer to go, each once, into a tar"
+            " beside the archive (DIR/longhaul-archive-....files.tar, members files/<sha256>, its path"
+            " printed too), read back and checked against their hashes before the purge; with"
+            " --files-by-reference only their hashes and the file store are named, and the files stay"
+            " in the store for the archive. After the purge, the stored files no task, recent upload"
+            " or archive holds any more are deleted from LONGHAUL_FILE_STORE_URL (the file index must"
+            " have caught up with the log: a projector runs), as are writes to it that never finished."
         ),
-        ("database_url", "database_schema", "data_dir"),
+        ("database_url", "database_schema", "data_dir", "file_store_url"),
     ),
     "receipt": (
         (
@@ -224,8 +234,22 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " counts; progress on stderr every few seconds. Exits 1 if any fault, else 0. With"
             " --archive FILE it checks an archive file's chains and receipts (`longhaul archive`) and"
             " needs no database. Finds the database as `history` does."
+            "\n"
+            "Then it reads every stored file the tasks' events refer to from LONGHAUL_FILE_STORE_URL"
+            " and hashes it: a file missing, or whose bytes hash or count otherwise than the event"
+            " says, is one line 'task T: file sha256:H (NAME): missing ...' or 'changed: ...'. Files of"
+            " tasks erased with their tenant (`longhaul erase`) are counted, not faults."
+            " --files-sample N reads N of them chosen at random; --no-files none. With --archive, the"
+            " bytes in the archive's tar (and those it names by reference, in the file store)."
         ),
-        ("database_url", "database_schema", "data_dir", "audit_key_file", "audit_verifier_keys"),
+        (
+            "database_url",
+            "database_schema",
+            "data_dir",
+            "audit_key_file",
+            "audit_verifier_keys",
+            "file_store_url",
+        ),
     ),
     "tail": (
         (
@@ -281,8 +305,14 @@ DESCRIPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
             " ciphertext and all, so `longhaul verify` still passes. A live task whose next step needs"
             " a destroyed secret fails, saying so. Finds the database as `history` does. See"
             " docs/operations.md, Secrets and erasure."
+            "\n"
+            "It also records the tenant's tasks as erased and deletes from LONGHAUL_FILE_STORE_URL the"
+            " stored files their events and the tenant's uploads refer to, unless a task of another"
+            " tenant (or an archive that names it by reference) holds the same bytes; their hashes stay"
+            " in the events, and `verify` counts them as erased, not missing. Exits 1 if some files"
+            " must wait because the file index trails the log (run a projector, then erase again)."
         ),
-        ("database_url", "database_schema", "data_dir"),
+        ("database_url", "database_schema", "data_dir", "file_store_url"),
     ),
 }
 """Per command: its description (paragraphs split by newlines), then the settings it reads most."""

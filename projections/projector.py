@@ -1,13 +1,14 @@
 """The projector: keeps every projection following the log (``longhaul projector``, and ``up``).
 
-The projections are the current-task view (``projections.task_view``) and the retention index
-(``projections.retention_index``), both ``FoldedView``s over the store's database. One
-subscription to the log (a ``LogFollower``, on the library's subscription) feeds them both, and
-each batch it hands over is applied to both views in **one transaction** (ADR 0048): per view,
+The projections are the current-task view (``projections.task_view``), the retention index
+(``projections.retention_index``) and the file index (``projections.file_index``), each a
+``FoldedView`` over the store's database. One subscription to the log (a ``LogFollower``, on the
+library's subscription) feeds them all, and each batch it hands over is applied to every view in
+**one transaction** (ADR 0048): per view,
 its position moved by compare-and-set (``FoldedView.move_position``), one read of the rows the
 batch needs and one upsert per row changed (``FoldedView.fold``). Each view keeps its own
 position, so each resumes where it stopped and can be rebuilt on its own; the subscription starts
-after the lower of the two, and a view skips what it has applied.
+after the lowest of their positions, and a view skips what it has applied.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from eventsourcing.postgres import PostgresDatastore
 
 from domain.task import Task
-from projections import retention_index, task_view
+from projections import file_index, retention_index, task_view
 from projections.folded_view import FoldedView, Lag, Rebuilt
 from projections.log_follower import Followed, LogFollower
 from projections.shared_log import SharedLog
@@ -53,6 +54,7 @@ class Kept:
 PROJECTIONS = (
     Kept("task_view", "current-task view", task_view.open_view),
     Kept("retention_index", "retention index", retention_index.open_index),
+    Kept("file_index", "file index", file_index.open_file_index),
 )
 
 

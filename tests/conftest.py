@@ -242,16 +242,21 @@ def settings(
 
 @pytest.fixture
 def cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store_config: StoreConfig
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    store_config: StoreConfig,
+    tmp_path: Path,
 ) -> Callable[..., tuple[int, str, str]]:
     """``cli(*args)`` runs ``longhaul ARGS`` on this test's schema: ``(exit code, stdout, stderr)``.
 
-    ``LONGHAUL_*`` variables of the calling shell are removed first (the suite's own stay).
+    ``LONGHAUL_*`` variables of the calling shell are removed first (the suite's own stay); the
+    file store is a directory of the test's own (``tmp_path / "files"``).
     """
     for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
     monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    monkeypatch.setenv("LONGHAUL_FILE_STORE_URL", (tmp_path / "files").as_uri())
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main(list(args))

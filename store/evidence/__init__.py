@@ -1,7 +1,8 @@
 """Evidence: what proves the log was not changed behind longhaul's back.
 
 The per-task hash chain, the Merkle log and its signed checkpoints, receipts, the checks
-``longhaul verify`` and the audit pages run, and the archive (archive then purge).
+``longhaul verify`` and the audit pages run, the archive (archive then purge), and the stored
+files the log refers to (their bytes checked, archived, and deleted once nothing holds them).
 
 The rest of longhaul imports this package's names from here, never from its modules. The names
 load on first use: the store's packages import each other's modules, so an eager face would
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from store.evidence.archive import ArchiveError as ArchiveError
     from store.evidence.archive import ArchiveRun as ArchiveRun
     from store.evidence.archive import archive_expired as archive_expired
+    from store.evidence.archive import archive_file_lines as archive_file_lines
     from store.evidence.archive import archive_histories as archive_histories
     from store.evidence.archive import read_archive as read_archive
     from store.evidence.audit_trail import AuditEvent as AuditEvent
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from store.evidence.audit_trail import effects_of as effects_of
     from store.evidence.audit_trail import events_document as events_document
     from store.evidence.audit_trail import replay as replay
+    from store.evidence.blocking_files import BlockingFiles as BlockingFiles
     from store.evidence.chain import ChainFault as ChainFault
     from store.evidence.chain import ChainReport as ChainReport
     from store.evidence.chain import ChainRow as ChainRow
@@ -37,6 +40,13 @@ if TYPE_CHECKING:
     from store.evidence.chain import verify_chains as verify_chains
     from store.evidence.checkpoints import CheckpointError as CheckpointError
     from store.evidence.checkpoints import longhaul_origin as longhaul_origin
+    from store.evidence.file_checks import FileFault as FileFault
+    from store.evidence.file_checks import FileReport as FileReport
+    from store.evidence.file_retention import FILE_INDEX_TABLE as FILE_INDEX_TABLE
+    from store.evidence.file_retention import ErasedFiles as ErasedFiles
+    from store.evidence.file_retention import FileRetention as FileRetention
+    from store.evidence.file_retention import FileSweep as FileSweep
+    from store.evidence.file_retention import sweep_files as sweep_files
     from store.evidence.key_files import KeyFileError as KeyFileError
     from store.evidence.key_files import create_signer_key as create_signer_key
     from store.evidence.key_files import load_signer_key as load_signer_key
@@ -57,7 +67,9 @@ if TYPE_CHECKING:
     from store.evidence.signed_notes import VerifierKey as VerifierKey
     from store.evidence.task_verification import TaskVerification as TaskVerification
     from store.evidence.task_verification import verify_task as verify_task
+    from store.evidence.verification import ArchiveFiles as ArchiveFiles
     from store.evidence.verification import NoVerifierKeyError as NoVerifierKeyError
+    from store.evidence.verification import StoredFiles as StoredFiles
     from store.evidence.verification import Verification as Verification
     from store.evidence.verification import verify_archive as verify_archive
     from store.evidence.verification import verify_store as verify_store
@@ -69,9 +81,18 @@ _HOMES = {
     "ArchivedEvent": "store.evidence.archive",
     "ArchivedHistory": "store.evidence.archive",
     "archive_expired": "store.evidence.archive",
+    "archive_file_lines": "store.evidence.archive",
     "archive_histories": "store.evidence.archive",
     "read_archive": "store.evidence.archive",
     "AuditEvent": "store.evidence.audit_trail",
+    "BlockingFiles": "store.evidence.blocking_files",
+    "ErasedFiles": "store.evidence.file_retention",
+    "FILE_INDEX_TABLE": "store.evidence.file_retention",
+    "FileFault": "store.evidence.file_checks",
+    "FileReport": "store.evidence.file_checks",
+    "FileRetention": "store.evidence.file_retention",
+    "FileSweep": "store.evidence.file_retention",
+    "sweep_files": "store.evidence.file_retention",
     "CHECKPOINTS_TABLE": "store.evidence.merkle_log",
     "ChainFault": "store.evidence.chain",
     "ChainReport": "store.evidence.chain",
@@ -86,6 +107,8 @@ _HOMES = {
     "MerkleTree": "store.evidence.merkle",
     "NODES_TABLE": "store.evidence.merkle_log",
     "NoVerifierKeyError": "store.evidence.verification",
+    "ArchiveFiles": "store.evidence.verification",
+    "StoredFiles": "store.evidence.verification",
     "NoteError": "store.evidence.receipts",
     "POSITION_TABLE": "store.evidence.merkle_log",
     "Receipt": "store.evidence.receipts",

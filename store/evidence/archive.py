@@ -14,11 +14,19 @@ purge leaves everything in the store, and a re-run archives those tasks again (i
 a run stopped mid-purge leaves the tasks it had not reached, and the next run archives only those.
 A task is never purged without a verified file that holds it.
 
-The format (``longhaul-archive`` version 3: each event's stored bytes exactly and its chain hash,
-``store/evidence/chain.py``, and each task's receipt) is in ``docs/audit.md`` ("Archive format"), and the
-design in ``docs/adr/0013-archive-then-purge.md``, ``docs/adr/0022-a-hash-chain-per-task.md`` and
-``docs/adr/0030-verify-against-checkpoints.md``. Files of version 2 (no receipts) and 1 (parsed
-events, no chain hashes) are still read. ``archive_histories`` gives a file's tasks as chain rows
+Stored files (``domain.files``: a part that names a file in the file store by hash) go with their
+tasks: their bytes into a tar beside the archive, or (``files_by_reference``) only their hashes
+and the store that keeps them (``store.evidence.archived_files``). Reading the file back checks each
+file's bytes against its hash (``store.evidence.file_checks``), and the purge lets go of the
+task's files in its own transaction, so that ``store.evidence.file_retention.sweep_files`` deletes
+those no other task holds (by reference: they are kept for the archive).
+
+The format (``longhaul-archive`` version 4: each event's stored bytes exactly and its chain hash,
+``store/evidence/chain.py``, each task's receipt, and a line per stored file) is in
+``docs/audit.md`` ("Archive format"), and the design in ``docs/adr/0013-archive-then-purge.md``,
+``docs/adr/0022-a-hash-chain-per-task.md`` and ``docs/adr/0030-verify-against-checkpoints.md``.
+Files of version 3 (no file lines), 2 (no receipts) and 1 (parsed events, no chain hashes) are
+still read. ``archive_histories`` gives a file's tasks as chain rows
 with their receipts, for ``longhaul verify --archive``.
 """
 
@@ -42,7 +50,17 @@ from eventsourcing.persistence import StoredEvent
 
 from domain.clock import Clock
 from store.deliveries.records import DELIVERIES
+from store.evidence.archived_files import (
+    FileArchiveError,
+    FileArchiver,
+    file_line,
+    files_tar,
+    parsed_file_line,
+)
+from store.evidence.blocking_files import BlockingFiles
 from store.evidence.chain import ChainFault, ChainRow, check_task
+from store.evidence.file_checks import ArchivedFile, ReferencedFiles, check_archived_files
+from store.evidence.file_retention import ERASED_TASKS_TABLE, FILE_INDEX_TABLE, FileRetention
 from store.evidence.merkle_log import MerkleLog
 from store.evidence.receipts import Receipt
 from store.log.application import TaskApplication
@@ -52,14 +70,21 @@ from store.public_form import iso
 log = logging.getLogger(__name__)
 
 FORMAT = "longhaul-archive"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 PAGE = 500
 """Expired tasks listed per query."""
-PURGED_WITH_THE_TASK = ("longhaul_task_view", "longhaul_retention_index", DELIVERIES)
+PURGED_WITH_THE_TASK = (
+    "longhaul_task_view",
+    "longhaul_retention_index",
+    DELIVERIES,
+    FILE_INDEX_TABLE,
+    ERASED_TASKS_TABLE,
+)
 """The schema's other tables whose rows of a task go in its purge's transaction: the current-task
 view and the retention index (``projections.task_view``, ``projections.retention_index``; created
-by the migrations 0003 and 0005) and the webhook deliveries (their attempts go with them)."""
+by the migrations 0003 and 0005), the webhook deliveries (their attempts go with them), and the
+file index and the record of erased tasks (``store.evidence.file_retention``, migration 0013)."""
 
 
 class ArchiveError(Exception):
@@ -99,6 +124,8 @@ class Archive:
     tasks: dict[UUID, list[ArchivedEvent]]
     receipts: dict[UUID, Receipt] = field(default_factory=dict)
     """Each task's receipt of its last version (format version 3; none in older files)."""
+    files: dict[str, ArchivedFile] = field(default_factory=dict)
+    """Each stored file the events refer to, by hash: where its bytes are kept (version 4)."""
 
     @property
     def events(self) -> int:
@@ -114,6 +141,10 @@ class ArchiveRun:
     """The file written (``None``: there was no expired task)."""
     tasks: int = 0
     events: int = 0
+    files: int = 0
+    """Stored files the archive holds the bytes of (in ``files_path``), or names by reference."""
+    files_path: Path | None = None
+    """The tar of the files' bytes beside ``path`` (``None``: no file's bytes went in)."""
     purged: list[UUID] = field(default_factory=list)
     skipped: list[UUID] = field(default_factory=list)
     """Archived but not purged: they changed after they were read (they stay; a re-run takes them)."""
@@ -129,14 +160,19 @@ def archive_expired(
     *,
     clock: Clock,
     before_verify: Callable[[Path], None] | None = None,
+    files: BlockingFiles | None = None,
+    files_by_reference: bool = False,
 ) -> ArchiveRun:
     """Write every expired task's events to one file in ``directory``, verify it, then purge them.
 
-    ``before_verify`` runs between writing and reading back (a test hook: it may corrupt the
-    file or raise, as a crash there would).
+    The bytes of the stored files the tasks refer to are read from ``files`` into a tar beside
+    the file (with ``files_by_reference``, only named); without ``files`` a task that refers to
+    a stored file is refused. ``before_verify`` runs between writing and reading back (a test
+    hook: it may corrupt the files or raise, as a crash there would).
 
     Raises:
-        ArchiveError: The store is not PostgreSQL, or the file did not verify (nothing purged).
+        ArchiveError: The store is not PostgreSQL, a file's bytes are not what their hash says,
+            or the archive did not verify (nothing purged).
     """
     recorder = store.recorder
     merkle_log = store.merkle_log
@@ -149,11 +185,26 @@ def archive_expired(
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"longhaul-archive-{recorder.datastore.schema}-{now:%Y%m%dT%H%M%S%fZ}.jsonl.gz"
     left = ArchiveRun(path=None)
-    written = _write(recorder, merkle_log, path, tasks, left, schema=recorder.datastore.schema, now=now)
+    retention = FileRetention(store)
+    archiver = FileArchiver(
+        path,
+        files,
+        by_reference=files_by_reference,
+        erased=retention.erased([task_id for task_id, _ in tasks]),
+    )
+    try:
+        written = _write(
+            recorder, merkle_log, path, tasks, left, archiver, schema=recorder.datastore.schema, now=now
+        )
+    except FileArchiveError as error:
+        raise ArchiveError(f"{path}: {error}") from error
+    finally:
+        archiver.abandon()
     if left.unsequenced:
         log.info("%d expired tasks left: not yet in a signed checkpoint", len(left.unsequenced))
     if not written:
         path.unlink()
+        files_tar(path).unlink(missing_ok=True)
         return left
     log.info("archived %d tasks (%d events) to %s", len(written), sum(written.values()), path)
     if before_verify is not None:
@@ -162,13 +213,18 @@ def archive_expired(
     found = {task_id: events[-1].version for task_id, events in archive.tasks.items()}
     if found != written:
         raise ArchiveError(f"{path}: holds other tasks or versions than were written; nothing purged")
+    _check_files(path, archive)
+    tar = files_tar(path)
     run = ArchiveRun(
         path=path,
         tasks=len(archive.tasks),
         events=archive.events,
+        files=len(archive.files),
+        files_path=tar if tar.exists() else None,
         unsequenced=left.unsequenced,
         refused=left.refused,
     )
+    kept_by = path.name if files_by_reference else None
     for task_id, version in written.items():
         if recorder.purge(
             task_id,
@@ -176,12 +232,31 @@ def archive_expired(
             archive_file=path.name,
             purged_at=now,
             also=PURGED_WITH_THE_TASK,
+            then=retention.purge_statements(archiver.task_files.get(task_id, []), now=now, kept_by=kept_by),
         ):
             run.purged.append(task_id)
         else:
             run.skipped.append(task_id)
     log.info("purged %d archived tasks (%d changed meanwhile and stay)", len(run.purged), len(run.skipped))
     return run
+
+
+def _check_files(path: Path, archive: Archive) -> None:
+    """The files the archive's events refer to have their lines, and their bytes in its tar hash right.
+
+    Raises:
+        ArchiveError: Any file fault (each named); nothing is purged.
+    """
+    referenced = ReferencedFiles()
+    for task_id, events in archive.tasks.items():
+        referenced.add(task_id, [ChainRow(e.version, e.topic, e.state, e.chain) for e in events])
+    faults: list[str] = []
+    check_archived_files(path, archive.files, referenced, on_fault=lambda fault: faults.append(str(fault)))
+    if faults:
+        raise ArchiveError(
+            f"{path}: {len(faults)} file faults ({faults[0]}{', ...' if len(faults) > 1 else ''});"
+            " nothing purged"
+        )
 
 
 def _expired(recorder: PostgresRunQueueRecorder) -> list[tuple[UUID, str]]:
@@ -199,13 +274,16 @@ def _write(
     path: Path,
     tasks: list[tuple[UUID, str]],
     left: ArchiveRun,
+    archiver: FileArchiver,
     *,
     schema: str,
     now: datetime,
 ) -> dict[UUID, int]:
     """Write the archive (to a temporary name, then renamed); ``task_id -> last version`` written.
 
-    The tasks not written are put in ``left``: not yet in a signed checkpoint, or refused.
+    The tasks not written are put in ``left``: not yet in a signed checkpoint, or refused (for a
+    fault in their chain, or a stored file missing). Their files' bytes go to ``archiver``'s tar,
+    finished before the archive gets its name.
     """
     partial = path.with_name(path.name + ".partial")
     digest = hashlib.sha256()
@@ -230,18 +308,28 @@ def _write(
                 if receipt is None:
                     continue
                 stored = [row for row in rows if row.has_event]
+                refused = archiver.admit(task_id, stored)
+                if refused:
+                    left.refused[task_id] = refused
+                    for reason in refused:
+                        log.warning("refused to archive task %s: %s", task_id, reason)
+                    continue
                 for row in stored:
                     line(_event_line(task_id, tenant, row))
                 line({"type": "receipt", "taskId": str(task_id), "receipt": json.loads(receipt.to_json())})
                 written[task_id] = stored[-1].version
                 events += len(stored)
+        for file in archiver.lines.values():
+            line(file_line(file))
         line(
-            {"type": "trailer", "tasks": len(written), "events": events, "sha256": digest.hexdigest()},
+            {"type": "trailer", "tasks": len(written), "events": events, "files": len(archiver.lines),
+             "sha256": digest.hexdigest()},
             counted=False,
-        )
+        )  # fmt: skip
         out.flush()
     with partial.open("rb") as done:
         os.fsync(done.fileno())
+    archiver.finish()
     partial.replace(path)
     return written
 
@@ -334,6 +422,8 @@ def archive_histories(path: Path) -> tuple[int, Iterator[ArchivedHistory]]:
                 )
             elif kind == "receipt" and version >= 3:
                 receipts[UUID(obj["taskId"])] = _parsed_receipt(obj)
+            elif kind == "file" and version >= 4:
+                parsed_file_line(obj)
             elif kind != "trailer":
                 raise ArchiveError(f"{path}: line {number} is no archive line")
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error, ValueError, KeyError, TypeError) as error:
@@ -345,6 +435,26 @@ def archive_histories(path: Path) -> tuple[int, Iterator[ArchivedHistory]]:
         for task_id in sorted(tasks)
     )
     return version, histories
+
+
+def archive_file_lines(path: Path) -> dict[str, ArchivedFile]:
+    """The file lines of an archive (format version 4; none in older files), by hash.
+
+    Raises:
+        ArchiveError: The file is unreadable, or a file line is malformed.
+    """
+    files: dict[str, ArchivedFile] = {}
+    try:
+        for raw in _lines(path):
+            if b'"type":"file"' not in raw:
+                continue
+            obj = json.loads(raw)
+            if isinstance(obj, dict) and obj.get("type") == "file":
+                file = parsed_file_line(obj)
+                files[file.sha256] = file
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error, ValueError, KeyError, TypeError) as error:
+        raise ArchiveError(f"{path}: unreadable archive ({error})") from error
+    return files
 
 
 def _parsed_receipt(obj: dict[str, Any]) -> Receipt:
@@ -377,6 +487,7 @@ def read_archive(path: Path) -> Archive:
     trailer: dict[str, Any] | None = None
     tasks: dict[UUID, list[ArchivedEvent]] = {}
     receipts: dict[UUID, Receipt] = {}
+    files: dict[str, ArchivedFile] = {}
     try:
         for number, raw in enumerate(_lines(path), start=1):
             if trailer is not None:
@@ -397,6 +508,8 @@ def read_archive(path: Path) -> Archive:
                 events.append(event)
             elif kind == "receipt" and version >= 3:
                 _check_receipt(path, number, obj, tasks, receipts)
+            elif kind == "file" and version >= 4:
+                _add_file(path, number, obj, files)
             elif kind == "trailer":
                 trailer = obj
                 continue
@@ -408,7 +521,9 @@ def read_archive(path: Path) -> Archive:
     if header is None or trailer is None:
         raise ArchiveError(f"{path}: truncated (no {'header' if header is None else 'trailer'})")
     _check_whole(path, header, trailer, digest.hexdigest(), tasks, receipts)
-    return Archive(header=header, tasks=tasks, receipts=receipts)
+    if header["formatVersion"] >= 4 and trailer.get("files") != len(files):
+        raise ArchiveError(f"{path}: holds {len(files)} file lines, not what it says")
+    return Archive(header=header, tasks=tasks, receipts=receipts, files=files)
 
 
 def _check_whole(
@@ -430,6 +545,14 @@ def _check_whole(
         raise ArchiveError(f"{path}: holds {len(tasks)} tasks and {count} events, not what it says")
     if header["formatVersion"] >= 3 and set(receipts) != set(tasks):
         raise ArchiveError(f"{path}: {len(set(tasks) - set(receipts))} tasks have no receipt")
+
+
+def _add_file(path: Path, number: int, obj: dict[str, Any], files: dict[str, ArchivedFile]) -> None:
+    """A file line names a file no line before it did."""
+    file = parsed_file_line(obj)
+    if file.sha256 in files:
+        raise ArchiveError(f"{path}: line {number}: a second line for file sha256:{file.sha256}")
+    files[file.sha256] = file
 
 
 def _check_receipt(

@@ -47,7 +47,7 @@ from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow, dict_row
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composed, Identifier
 
 from domain.states import INTERRUPTED, RUNNABLE, TERMINAL
 from store.evidence.chain import GENESIS, ChainRow, chain_hash, task_uuid
@@ -523,12 +523,14 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
         archive_file: str,
         purged_at: datetime,
         also: Sequence[str] = (),
+        then: Sequence[tuple[Composed, Sequence[Any]]] = (),
     ) -> bool:
         """Delete one task's events, snapshots, chain hashes and run-queue row, in one transaction.
 
         Only if its last event is still at ``version`` (what was archived); ``also`` names more
         tables of the schema with a ``task_id`` column whose row goes in the same transaction
-        (the current-task view). The same transaction records the task as purged, with its last
+        (the current-task view), and ``then`` more statements it runs (its files let go of,
+        ``store.evidence.file_retention``). The same transaction records the task as purged, with its last
         version and the archive file that holds it (``store.evidence.merkle_log.PURGED_TABLE``: its leaves
         stay in the Merkle tree, and ``verify`` takes their events' absence for a purge). Returns
         whether the task was purged.
@@ -566,6 +568,8 @@ class PostgresRunQueueRecorder(PostgresApplicationRecorder):
                 ).format(schema, Identifier(PURGED_TABLE)),
                 (task_id, version, archive_file, purged_at),
             )
+            for statement, params in then:
+                curs.execute(statement, params)
         return True
 
     # ------------------------------------------------------------------ chains

@@ -35,6 +35,8 @@ def test_the_settings_a_help_names_are_settings() -> None:
     known = set(variable_names())
     for name, command in _subcommands().items():
         for line in (command.epilog or "").splitlines()[1:]:
+            if line.startswith("   "):  # a description's next line, not a setting's first
+                continue
             word = line.split()[0]
             if word.startswith("LONGHAUL_"):
                 assert word in known, f"`longhaul {name} --help` names {word}, not a setting"

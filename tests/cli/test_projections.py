@@ -36,6 +36,7 @@ def test_status_shows_the_lag_and_rebuild_removes_it(cli: Any, postgres_store: T
     assert out.splitlines() == [
         f"current-task view: at log position 0 of {end} ({end} behind)",
         f"retention index: at log position 0 of {end} ({end} behind)",
+        f"file index: at log position 0 of {end} ({end} behind)",
     ]
 
     code, out, _ = cli("projections", "rebuild")
@@ -43,8 +44,10 @@ def test_status_shows_the_lag_and_rebuild_removes_it(cli: Any, postgres_store: T
     assert out.splitlines() == [
         f"current-task view: rebuilt 3 tasks up to log position {end}",
         f"retention index: rebuilt 3 tasks up to log position {end}",
+        f"file index: rebuilt 0 tasks up to log position {end}",
         f"current-task view: at log position {end} of {end} (0 behind)",
         f"retention index: at log position {end} of {end} (0 behind)",
+        f"file index: at log position {end} of {end} (0 behind)",
     ]
 
 

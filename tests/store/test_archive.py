@@ -18,10 +18,12 @@ import pytest
 
 from domain.task import Task
 from longhaul.cli import main
+from projections.file_index import FileIndexRecorder
 from projections.retention_index import INDEX_TABLE, open_index
 from projections.task_view import VIEW_TABLE, open_view
 from store.deliveries.records import DELIVERIES, Attempt, DeliveryRecorder, NewDelivery, task_deliveries
 from store.evidence.archive import PURGED_WITH_THE_TASK, ArchiveError, archive_expired, read_archive
+from store.evidence.file_retention import ERASED_TASKS_TABLE
 from store.evidence.merkle_log import catch_up
 from store.evidence.receipts import verify_receipt
 from store.evidence.signed_notes import SignerKey
@@ -106,7 +108,7 @@ def test_expired_tasks_are_archived_complete_then_purged(store: TaskApplication,
     assert store.get(kept.id).state == "TASK_STATE_CANCELED"  # not expired: untouched
     archive = read_archive(run.path)
     assert archive.header["schema"] == _recorder(store).datastore.schema
-    assert archive.header["formatVersion"] == 3
+    assert archive.header["formatVersion"] == 4
     assert len(archive.tasks) == 2
     for task in expired:
         events = archive.tasks[task.id]
@@ -215,6 +217,7 @@ def test_the_cli_archives_and_history_replays_from_the_file(
         monkeypatch.delenv(name)
     monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
     monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    monkeypatch.setenv("LONGHAUL_FILE_STORE_URL", (tmp_path / "files").as_uri())
     task = _expired(store)
     for flags in ([], ["--json"]):
         assert main(["history", str(task.id), *flags]) == 0
@@ -320,7 +323,7 @@ def test_each_task_ends_with_the_receipt_of_its_last_event_and_is_recorded_as_pu
     run = archive_expired(store, tmp_path, clock=clock)
     assert run.path is not None
     archive = read_archive(run.path)
-    assert archive.header["formatVersion"] == 3
+    assert archive.header["formatVersion"] == 4
     lines = [line for line in gzip.decompress(run.path.read_bytes()).splitlines() if b'"taskId"' in line]
     for task in tasks:
         receipt = archive.receipts[task.id]
@@ -398,6 +401,7 @@ def test_the_cli_says_what_it_left_and_refused_and_exits_1_on_a_refusal(
         monkeypatch.delenv(name)
     monkeypatch.setenv("LONGHAUL_DATABASE_URL", store_config.database_url)
     monkeypatch.setenv("LONGHAUL_DATABASE_SCHEMA", store_config.schema)
+    monkeypatch.setenv("LONGHAUL_FILE_STORE_URL", (tmp_path / "files").as_uri())
     good, bad = _expired(store), _expired(store)
     _signed(store)
     late = _expired(store)
@@ -424,6 +428,12 @@ def test_the_cli_says_what_it_left_and_refused_and_exits_1_on_a_refusal(
     assert store.get(late.id).expired
 
 
-def test_a_purge_takes_the_tasks_rows_of_both_views_and_its_deliveries() -> None:
+def test_a_purge_takes_the_tasks_rows_of_the_views_and_its_deliveries() -> None:
     """The store names the views' tables itself (it cannot import projections): they must agree."""
-    assert set(PURGED_WITH_THE_TASK) == {VIEW_TABLE, INDEX_TABLE, DELIVERIES}
+    assert set(PURGED_WITH_THE_TASK) == {
+        VIEW_TABLE,
+        INDEX_TABLE,
+        DELIVERIES,
+        FileIndexRecorder.view_table,
+        ERASED_TASKS_TABLE,
+    }

@@ -50,7 +50,17 @@ MERKLE_TABLES = {
 """Added by 0008 (the sequencer's Merkle log, its checkpoints, the purged tasks)."""
 UPLOAD_TABLES = {"longhaul_uploads"}
 """Added by 0012 (which tenant uploaded which file)."""
-NEW_TABLES = VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES | MERKLE_TABLES | UPLOAD_TABLES
+FILE_TABLES = {
+    "longhaul_file_index",
+    "longhaul_file_index_tracking",
+    "longhaul_file_deletions",
+    "longhaul_archived_files",
+    "longhaul_erased_tasks",
+}
+"""Added by 0013 (which stored files are still held: the file index, candidates, archives, erasures)."""
+NEW_TABLES = (
+    VIEW_TABLES | DELIVERY_TABLES | CHAIN_TABLES | KEY_TABLES | MERKLE_TABLES | UPLOAD_TABLES | FILE_TABLES
+)
 OWN_TABLES = {"longhaul_run_queue", "longhaul_relay_position", VERSION_TABLE} | NEW_TABLES
 LIBRARY_TABLES = {"longhaul_events", "longhaul_snapshots"}
 
