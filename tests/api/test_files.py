@@ -34,6 +34,7 @@ from api.files import content_disposition
 from domain.files import SCHEME, FileRef, file_part, stored_file
 from store.files import FileStore, open_uploads
 from store.log.application import TaskApplication
+from tests.api.streams_support import served
 from tests.api.support import (
     A2A_HEADERS,
     PUBLIC_URL,
@@ -413,6 +414,7 @@ async def ranged(
 # ------------------------------------------------------------------ uploads
 
 
+@pytest.mark.postgres  # the upload records in their table
 async def test_an_upload_referred_to_in_a_message_is_kept_by_reference_and_downloads(
     http: httpx.AsyncClient, store: TaskApplication
 ) -> None:
@@ -472,6 +474,7 @@ async def test_an_upload_over_rest_with_a_content_disposition_name(
     assert logged["filename"] == "été.pdf"
 
 
+@pytest.mark.postgres  # the upload records in their table
 async def test_another_tenants_upload_or_the_log_form_is_invalid_params_naming_the_part(
     http: httpx.AsyncClient, store: TaskApplication
 ) -> None:
@@ -597,3 +600,34 @@ async def test_an_open_gateway_serves_a_file_of_any_tenants_task(
     assert got.content == DATA
     assert got.headers["content-disposition"] == "attachment"
     assert got.headers["content-type"].startswith("text/plain")
+
+
+def files_on_disk(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file()]
+
+
+async def test_a_real_connection_closed_mid_upload_leaves_nothing_on_disk(
+    make_app: Callable[..., Litestar], files: FileStore, tmp_path: Path, store: TaskApplication
+) -> None:
+    """Over uvicorn: the client sends part of its body and closes the connection."""
+    root = tmp_path / "files"
+    async with served(make_app(files=files)) as base:
+        host, port = base.removeprefix("http://").split(":")
+        _, writer = await asyncio.open_connection(host, int(port))
+        head = (
+            "POST /a2a/files HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {10 * len(DATA)}\r\n\r\n"
+        )
+        writer.write(head.encode() + DATA)
+        await writer.drain()
+        async with asyncio.timeout(10):
+            while not files_on_disk(root):  # noqa: ASYNC110 - the upload is being written (a file)
+                await asyncio.sleep(0.01)
+        writer.close()
+        await writer.wait_closed()
+        async with asyncio.timeout(10):
+            while files_on_disk(root):  # noqa: ASYNC110 - a file on disk, no event to wait on
+                await asyncio.sleep(0.01)
+
+    assert [h async for h in files.hashes()] == []
+    assert open_uploads(store).find("default", SHA) is None
