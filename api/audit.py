@@ -143,7 +143,9 @@ class AuditReads:
             at = await asyncio.to_thread(self._store.task_at, task.id, version)
         except NoSuchVersionError as error:  # the task grew in between: still not a version it had
             raise _bad_version(str(error)) from None
-        return task_state_json(at)
+        state = task_state_json(at)
+        state["task"] = await self._service.files.public(state["task"], task.id)  # as GetTask shows it
+        return state
 
     async def effects(self, task_id: str, tenant: str) -> JSON:
         """``{"taskId", "effects"}``: every run-once side effect with its key, result and time."""

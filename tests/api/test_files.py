@@ -631,3 +631,16 @@ async def test_a_real_connection_closed_mid_upload_leaves_nothing_on_disk(
 
     assert [h async for h in files.hashes()] == []
     assert open_uploads(store).find("default", SHA) is None
+
+
+async def test_the_audit_state_shows_the_task_as_get_task_did_and_its_events_the_logs_form(
+    http: httpx.AsyncClient, store: TaskApplication, clock: FakeClock, files: FileStore
+) -> None:
+    task_id = await task_with_file(http, store, clock, files)
+    version = store.get(task_id).version
+
+    state = (await http.get(f"/audit/v1/tasks/{task_id}/state?version={version}", headers=ACME)).json()
+    events = (await http.get(f"/audit/v1/tasks/{task_id}/events", headers=ACME)).json()
+
+    assert state["task"]["artifacts"][0]["parts"] == [shown_part(task_id)]
+    assert SCHEME + SHA in json.dumps(events), "an auditor reads the events as the log holds them"
