@@ -2,7 +2,9 @@
 
 ``/audit/`` searches by task id; ``/audit/tasks/{id}`` shows the task's events (version, time,
 actor, type, a readable summary), the A2A ``Task`` as it was after any event (``?version=N``, a
-plain link: no script), its run-once side effects, its artifacts and its webhook deliveries.
+plain link: no script), its run-once side effects, its artifacts and its webhook deliveries. Each
+stored file an event or an artifact names (``domain.files``) is a link to the gateway's file route
+(``/a2a/files/{task id}/{sha256}``, ``api.files``) with its name and size.
 Everything is read from the log (``store.evidence.audit_trail``, ``TaskApplication.task_at``) and the
 delivery record (``store.deliveries.records``) at request time, with the verification status of the task's
 hash chain and of the signed checkpoint covering it (``store.evidence.task_verification``, with the log's
@@ -38,6 +40,7 @@ from api.authentication import BROWSER_PAGE, CALLER, Caller, caller_tenant
 from api.config import Injected
 from api.errors import A2AError
 from api.service import DEFAULT_TENANT
+from domain.files import parts_of, stored_file
 from domain.task import Task
 from store.deliveries import Attempt, Delivery, deliveries_of
 from store.evidence import (
@@ -56,7 +59,7 @@ from store.log import (
     TaskApplication,
     TaskNotFoundError,
 )
-from store.public_form import iso_millis, task_to_wire
+from store.public_form import FILES_PATH, iso_millis, task_to_wire
 
 AUDIT_PATH = "/audit"
 log = logging.getLogger(__name__)
@@ -118,6 +121,9 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
     )
     environment.filters["when"] = iso_millis
     environment.filters["as_json"] = _as_json
+    environment.filters["stored_files"] = stored_files
+    environment.filters["byte_size"] = byte_size
+    environment.globals["files_path"] = FILES_PATH
     return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
 
 
@@ -296,6 +302,44 @@ def _page(
         status_code=status,
         headers={**(headers or {}), **PAGE_HEADERS},
     )
+
+
+@dataclass(frozen=True)
+class StoredFileLink:
+    """A stored file as the page links it: its hash, size, name and media type."""
+
+    sha256: str
+    size: int
+    filename: str | None
+    media_type: str | None
+
+
+def stored_files(value: Any) -> list[StoredFileLink]:
+    """Every stored file's part in ``value`` (an event's fields, an artifact), in order, each once."""
+    found: dict[str, StoredFileLink] = {}
+    for part in parts_of(value):
+        ref = stored_file(part)
+        if ref is None or ref.sha256 in found:
+            continue
+        filename, media_type = part.get("filename"), part.get("mediaType")
+        found[ref.sha256] = StoredFileLink(
+            ref.sha256,
+            ref.size,
+            filename if isinstance(filename, str) else None,
+            media_type if isinstance(media_type, str) else None,
+        )
+    return list(found.values())
+
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def byte_size(size: int) -> str:
+    """A file's size as people read it: ``512 bytes``, ``3.2 KiB``, ``1.0 GiB``."""
+    for unit, scale in _UNITS:
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} byte{'s' if size != 1 else ''}"
 
 
 def _as_json(value: Any) -> str:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from litestar import Litestar
 
 from api.api_keys import KeyRing, parse_pairs
+from domain.files import FileRef, file_part
 from store.deliveries.records import Attempt, DeliveryRecorder, NewDelivery
 from store.log.application import TaskApplication
 from store.log.config import StoreConfig
@@ -124,6 +125,33 @@ class TestTheTaskPage:
         assert "worker test-worker (epoch 2)" in response.text
         assert "client default" in response.text
         assert "effect revoke:alice recorded" in response.text
+
+    @pytest.mark.postgres
+    async def test_each_stored_file_of_an_event_and_an_artifact_links_to_the_file(
+        self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
+    ) -> None:
+        sent = await _send(http, user_message("write the report"))
+        task_id = UUID(sent["id"])
+        await advance.wait_exists(task_id)
+        task, epoch = advance._leased(task_id)
+        report = FileRef("ab" * 32, 3 * 1024 * 1024 + 5)
+        data = FileRef("cd" * 32, 12)
+        parts = [
+            file_part(report, media_type="application/pdf", filename=f"report {HOSTILE}.pdf"),
+            file_part(data, media_type="text/csv"),
+        ]
+        task.append_artifact(epoch=epoch, now=advance.clock(), artifact={"artifactId": "out", "parts": parts})
+        store.save_tasks(task)
+
+        page = (await http.get(f"/audit/tasks/{task_id}")).text
+
+        links = re.findall(r'<a class="file" href="([^"]+)" data-sha256="[0-9a-f]+">([^<]*)</a>', page)
+        event_links = [(f"/a2a/files/{task_id}/{report.sha256}", html.escape(f"report {HOSTILE}.pdf")),
+                       (f"/a2a/files/{task_id}/{data.sha256}", data.sha256)]  # fmt: skip
+        assert links == event_links * 2  # the event's row, then the artifact
+        assert "3.0 MiB, application/pdf" in page
+        assert "12 bytes, text/csv" in page
+        assert HOSTILE not in page
 
     async def test_each_failed_attempt_is_a_row_with_its_worker_epoch_and_cause(
         self, http: httpx.AsyncClient, store: TaskApplication, advance: Advance
