@@ -12,13 +12,17 @@ writer that dies mid-upload leaves no file at any address (at most a temporary o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 from uuid import uuid4
 
 import obstore
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
     from obstore import GetOptions
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+READ_CHUNK = 1 << 20
+"""Bytes read from a directory store at once."""
 INCOMING = "incoming"
 STORED = "sha256"
 
@@ -54,16 +60,20 @@ def address(sha256: str) -> str:
 class FileStore:
     """Content-addressed files in one object store (``from_url``)."""
 
-    def __init__(self, store: ObjectStore, url: str) -> None:
+    def __init__(self, store: ObjectStore, url: str, directory: Path | None = None) -> None:
         self.store = store
         self.url = url
+        self.directory = directory
+        """The directory of a ``file://`` store, which ``read`` reads straight from (see there)."""
 
     @classmethod
     def from_url(cls, url: str, **config: Any) -> FileStore:
         """The store at ``url``: ``file:///abs/dir`` (created if missing) or ``s3://bucket/prefix``."""
+        directory = None
         if url.startswith("file://"):
             config = {"mkdir": True, **config}
-        return cls(from_url(url, **config), url)
+            directory = Path(url2pathname(urlsplit(url).path))
+        return cls(from_url(url, **config), url, directory)
 
     async def put(self, chunks: AsyncIterable[bytes]) -> StoredFile:
         """Store the bytes ``chunks`` yields, in constant memory; their hash is their address."""
@@ -96,6 +106,10 @@ class FileStore:
         Raises:
             FileNotStoredError: No such file.
         """
+        if self.directory is not None:
+            async for chunk in _read_directory(self.directory / address(sha256), sha256, start, end):
+                yield chunk
+            return
         options: GetOptions | None = None
         if end is not None:
             options = {"range": (start, end)}
@@ -156,3 +170,27 @@ class FileStore:
     async def _forget(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await obstore.delete_async(self.store, path)
+
+
+async def _read_directory(path: Path, sha256: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    """``read`` from a directory: a MiB at a time, each read in a thread.
+
+    obstore streams a local file at a few hundred MiB/s; plain reads run at the disk's (or the
+    page cache's) speed, an order of magnitude more, in the same constant memory.
+    """
+    try:
+        file = await asyncio.to_thread(path.open, "rb")
+    except FileNotFoundError as error:
+        raise FileNotStoredError(sha256) from error
+    try:
+        left = None if end is None else max(0, end - start)
+        await asyncio.to_thread(file.seek, start)
+        while left is None or left > 0:
+            chunk = await asyncio.to_thread(file.read, READ_CHUNK if left is None else min(READ_CHUNK, left))
+            if not chunk:
+                return
+            if left is not None:
+                left -= len(chunk)
+            yield chunk
+    finally:
+        file.close()
