@@ -328,6 +328,24 @@ def resume(results: Results) -> Measured:
     )
 
 
+def files(figure: str, baseline: str, unit: str, baseline_name: str) -> Callable[[Results], Measured]:
+    """One figure of the files part beside its baseline (``peak``: the larger memory peak)."""
+
+    def measure(results: Results) -> Measured:
+        if "bytes" not in results:
+            return Measured(None)
+        peak = max(results["peak_above_idle_mb"].values())
+        ours = peak if figure == "peak" else results[figure]
+        if isinstance(ours, dict):  # GetTask: the big file's task beside an echo task's
+            ours, theirs = ours["big_file"], ours["echo"]
+        else:
+            theirs = results["idle_rss_mb"] if baseline == "idle" else results[baseline]
+        text = f"{ours:,.1f} {unit} ({results['bytes'] / 2**30:g} GiB)"
+        return Measured(ours, theirs, text, f"{baseline_name}: {theirs:,.1f} {unit}")
+
+    return measure
+
+
 MEANING = {
     "immediately-c1": "returnImmediately, 1 client: the durable answer ≥ in-memory req/s",
     "stream-first-c1": "stream, 1 client: the durable answer's first event p50 no later than in-memory's",
@@ -349,6 +367,10 @@ MEANING = {
     "load-overload-429": "past capacity (128 clients) the overload answer, 429, not a queue",
     "webhook-p99": "commit → webhook COMPLETED delivered p99 < 50 ms at 200 tasks/s",
     "resume-after-kill": "a worker killed mid-step: kill → the next commit ≤ lease + 1 s (standby)",
+    "files-download": "a 1 GiB artifact downloaded with curl ≥ ½ cp's MiB/s on the same disk",
+    "files-upload": "a 1 GiB upload (POST /a2a/files, curl) ≥ ½ cp's MiB/s on the same disk",
+    "files-memory": "up's memory while it writes and serves 1 GiB: < 150 MB above idle",
+    "files-get-task": "GetTask of the 1 GiB task no slower than of an echo task (median of 200)",
 }
 """What each target means, by id, in the order of the table."""
 
@@ -401,6 +423,10 @@ LINES: dict[str, tuple[str, Rule, Callable[[Results], Measured]]] = {
     ),
     "webhook-p99": ("webhook", Rule("figure", "<", 50.0, "ms"), webhook),
     "resume-after-kill": ("resume", Rule("ratio", "<=", 1.0), resume),
+    "files-download": ("files", Rule("ratio", ">=", 0.5), files("download_mib_s", "cp_mib_s", "MiB/s", "cp")),
+    "files-upload": ("files", Rule("ratio", ">=", 0.5), files("upload_mib_s", "cp_mib_s", "MiB/s", "cp")),
+    "files-memory": ("files", Rule("figure", "<", 150.0, "MB"), files("peak", "idle", "MB", "idle")),
+    "files-get-task": ("files", Rule("ratio", "<=", 1.0), files("get_task_ms", "", "ms", "echo task")),
 }
 """Each target's part, rule and measure."""
 

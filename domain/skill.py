@@ -11,14 +11,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from domain.retry_policy import RetryPolicy
 
 JSON = dict[str, Any]
 
-FileContent = AsyncIterable[bytes] | Path | bytes
+
+class FilePath(Protocol):
+    """A file on disk, as ``os.PathLike`` names one (a ``pathlib.Path``, say)."""
+
+    def __fspath__(self) -> str: ...
+
+
+FileContent = AsyncIterable[bytes] | FilePath | bytes
 """What a step may write as a file: chunks as they come, a file on disk, or bytes in hand."""
 
 P = ParamSpec("P")

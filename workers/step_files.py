@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,10 +121,13 @@ async def _chunks(content: FileContent) -> AsyncIterator[bytes]:
     """``content`` as chunks: an async iterator's own, a path's read a MiB at a time, or ``bytes``."""
     if isinstance(content, bytes | bytearray | memoryview):
         yield bytes(content)
-    elif isinstance(content, Path):
-        with content.open("rb") as file:  # each read in a thread: the loop never waits on the disk
+    elif isinstance(content, os.PathLike):
+        file = await asyncio.to_thread(Path(content).open, "rb")  # in a thread: the loop never waits
+        try:
             while chunk := await asyncio.to_thread(file.read, CHUNK_BYTES):
                 yield chunk
+        finally:
+            file.close()
     else:
         async for chunk in content:
             yield bytes(chunk)

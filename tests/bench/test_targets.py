@@ -273,6 +273,27 @@ def test_resume_is_decided_on_the_standby_case_nearest_its_lease() -> None:
     assert verdict.measured.figure_text == "2.90 s (2 s lease, standby)"
 
 
+def test_file_targets_read_the_files_part_beside_cp_idle_and_an_echo_task() -> None:
+    results = {
+        "bytes": 2**30,
+        "cp_mib_s": 1000.0,
+        "download_mib_s": 620.0,
+        "upload_mib_s": 300.0,
+        "idle_rss_mb": 120.0,
+        "peak_above_idle_mb": {"write": 40.0, "download_upload": 160.0},
+        "get_task_ms": {"big_file": 3.0, "echo": 4.0},
+    }
+    run = parts(files=results)
+    download = decide(target("files-download"), run)
+    assert (download.outcome, download.ratio) == ("met", pytest.approx(0.62))
+    assert decide(target("files-upload"), run).outcome == "missed"
+    memory = decide(target("files-memory"), run)  # the larger of the two peaks
+    assert (memory.outcome, memory.measured.figure if memory.measured else None) == ("missed", 160.0)
+    get_task = decide(target("files-get-task"), run)
+    assert (get_task.outcome, get_task.ratio) == ("met", pytest.approx(0.75))
+    assert decide(target("files-download"), parts(files={})).why[:1] == ("no figure",)
+
+
 def test_a_part_not_run_or_failed_decides_its_targets_so() -> None:
     failed = {"sse": {"error": "TimeoutError: the gateway does not serve"}}
     for verdict in decide_all(failed):

@@ -10,12 +10,14 @@ import base64
 import hashlib
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.files import SCHEME, stored_file
+from domain.skill import Complete, Skill, StepContext, StepOutcome
 from domain.states import TaskState
 from longhaul.testing import SkillKit, message_text
 from workers.skills.big_file import ARTIFACT, BIG_FILE, content, expected_bytes
@@ -86,6 +88,22 @@ async def test_a_small_file_stays_inline_in_its_event(kit: SkillKit) -> None:
     [part] = task.artifacts[ARTIFACT]["parts"]
     assert "url" not in part
     assert base64.b64decode(part["raw"]) == content(1, 0, 64)
+
+
+async def test_a_step_writes_a_file_from_a_path_on_disk(tmp_path: Path) -> None:
+    on_disk = tmp_path / "report.pdf"
+    on_disk.write_bytes(b"%PDF-" + bytes(range(256)) * 400)
+
+    async def write(ctx: StepContext) -> StepOutcome:
+        await ctx.emit_file(on_disk, filename="report.pdf", media_type="application/pdf")
+        return Complete()
+
+    with SkillKit(Skill(name="from-disk", version=1, steps=[write])) as kit:
+        task = await kit.run(kit.submit("from-disk", text="go"))
+
+        assert await kit.file_bytes(task.id, "report.pdf") == on_disk.read_bytes()
+        [part] = task.artifacts["report.pdf"]["parts"]
+        assert stored_file(part) is not None  # 100 KiB: by reference, not inline
 
 
 async def test_bad_parameters_are_refused(kit: SkillKit) -> None:
