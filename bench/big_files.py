@@ -3,7 +3,7 @@
 One ``longhaul up`` (file store: a directory under its data dir, in the system's temporary
 directory, on the same disk as the baselines' files). Figures:
 
-- **write**: ``big-file`` of ``SIZE`` bytes (64 MiB chunks) from submit to completed. Its content
+- **write**: ``big-file`` of ``SIZE`` bytes (256 MiB chunks) from submit to completed. Its content
   (SHA-256 digests) is made by the skill itself, so beside it: the same content made in this
   process alone, the bound of any writer of it;
 - **upload** (``POST /a2a/files`` with ``curl -T``) and **download** (every part of the task's
@@ -116,7 +116,7 @@ def run(options: Options) -> dict[str, Any]:
             time.sleep(1.0)
         with PeakMemory(pid) as writing:
             started = time.perf_counter()
-            task = finished(base, "big-file", {"bytes": size, "seed": 1, "chunk_bytes": 64 * MIB})
+            task = finished(base, "big-file", {"bytes": size, "seed": 1})
             write_s = time.perf_counter() - started
         urls_of = [part["url"] for part in task["artifacts"][0]["parts"]]
         with PeakMemory(pid) as reading:

@@ -1,7 +1,7 @@
 """``big-file``: writes one artifact of any size, ``big-file.bin``, chunk by chunk into the file store.
 
 Parameters (the first message's data part): ``{"bytes": N, "seed": S}``, and optionally
-``"chunk_bytes"`` (default 64 MiB). The content is the concatenation of the SHA-256 digests of
+``"chunk_bytes"`` (default 256 MiB). The content is the concatenation of the SHA-256 digests of
 ``"{S}:{i}"`` for i = 0, 1, 2, …, cut to N bytes: anyone can recompute it (``expected_bytes``).
 
 Each chunk is one file in the store and one commit (``emit_file`` with ``append``), together with
@@ -23,7 +23,7 @@ DIGEST = 32
 """Bytes of one SHA-256 digest: the content's unit."""
 BLOCK = 1 << 20
 """Bytes made at once (a multiple of ``DIGEST``)."""
-DEFAULT_CHUNK = 64 << 20
+DEFAULT_CHUNK = 256 << 20
 MAX_BYTES = 1 << 40
 
 
