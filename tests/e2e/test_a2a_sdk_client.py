@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
@@ -54,9 +53,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
-from longhaul.settings import Settings
-from tests.support.isolation import delete_stream, drop_schema
-from tests.support.processes import LonghaulProcess, free_port, settings_env, wait_for_http
+from tests.support.up_server import up_server
 from tests.support.webhooks import Receiver
 
 BINDINGS = {"jsonrpc": "JSONRPC", "http_json": "HTTP+JSON"}
@@ -82,31 +79,10 @@ API_KEY = "research-key-0123456789"
 @pytest.fixture(scope="module")
 def gateway(database_url: str, nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``longhaul up`` on a schema and stream of this module's own; yields its base URL."""
-    token = uuid.uuid4().hex[:12]
     folder = tmp_path_factory.mktemp("a2a-sdk")
-    with pytest.MonkeyPatch.context() as patch:  # the calling shell's LONGHAUL_* stay out
-        for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
-            patch.delenv(name)
-        settings = Settings(
-            database_url=database_url,
-            database_schema=f"t_{token}",
-            nats_url=nats_url,
-            nats_stream=f"T_{token}",
-            nats_subject_prefix=f"t{token}",
-            data_dir=folder / "data",
-            allow_private_webhooks=True,  # the push case's receiver listens on 127.0.0.1
-        )
-    port = free_port()
-    up = LonghaulProcess(["up"], settings_env(settings, port=str(port)), folder / "up.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{base}/.well-known/agent-card.json", STARTUP_TIMEOUT_S, up)
+    # allow_private_webhooks: the push case's receiver listens on 127.0.0.1
+    with up_server(database_url, nats_url, folder, allow_private_webhooks=True) as base:
         yield base
-    finally:
-        code = up.stop()
-        drop_schema(database_url, settings.database_schema)
-        delete_stream(nats_url, settings.nats_stream)
-        assert code == 0, up.log()
 
 
 class Wire:

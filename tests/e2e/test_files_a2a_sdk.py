@@ -10,7 +10,6 @@ are the skill's content. A ranged request resumes a download.
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -21,13 +20,10 @@ from a2a.client import Client, ClientConfig, create_client
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState
 
-from longhaul.settings import Settings
 from tests.e2e.test_skills_doc_example import ROOT
-from tests.support.isolation import delete_stream, drop_schema
-from tests.support.processes import LonghaulProcess, free_port, settings_env, wait_for_http
+from tests.support.up_server import up_server
 from workers.skills.big_file import content
 
-STARTUP_TIMEOUT_S = 45.0
 BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
 
@@ -44,36 +40,14 @@ def doc_skill_module() -> str:
 @pytest.fixture(scope="module")
 def gateway(database_url: str, nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``longhaul up`` serving the doc's skill module; yields its base URL."""
-    token = uuid.uuid4().hex[:12]
     folder = tmp_path_factory.mktemp("files-sdk")
     modules = folder / "modules"
     modules.mkdir()
     (modules / "pdf_report_skill.py").write_text(doc_skill_module())
-    with pytest.MonkeyPatch.context() as patch:  # the calling shell's LONGHAUL_* stay out
-        for name in [n for n in os.environ if n.startswith("LONGHAUL_") and "TEST" not in n]:
-            patch.delenv(name)
-        settings = Settings(
-            database_url=database_url,
-            database_schema=f"t_{token}",
-            nats_url=nats_url,
-            nats_stream=f"T_{token}",
-            nats_subject_prefix=f"t{token}",
-            data_dir=folder / "data",
-            skill_modules=["pdf_report_skill"],
-        )
-    port = free_port()
-    env = settings_env(settings, port=str(port))
-    env["PYTHONPATH"] = os.pathsep.join([str(modules), str(ROOT)])
-    up = LonghaulProcess(["up"], env, folder / "up.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{base}/.well-known/agent-card.json", STARTUP_TIMEOUT_S, up)
+    with up_server(
+        database_url, nats_url, folder, pythonpath=(modules, ROOT), skill_modules=["pdf_report_skill"]
+    ) as base:
         yield base
-    finally:
-        code = up.stop()
-        drop_schema(database_url, settings.database_schema)
-        delete_stream(nats_url, settings.nats_stream)
-        assert code == 0, up.log()
 
 
 @pytest_asyncio.fixture(params=BINDINGS)
