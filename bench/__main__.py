@@ -20,23 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import platform
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from bench import a2a_compare, big_files, resume_after_kill, sse_latency, step_throughput, webhook_latency
-from bench.common import (
-    DEFAULT_DATABASE_URL,
-    DEFAULT_NATS_URL,
-    REPO_ROOT,
-    Options,
-    loadavg,
-    machine_info,
-    table,
-    utc_now,
-)
+from bench.common import DEFAULT_DATABASE_URL, DEFAULT_NATS_URL, REPO_ROOT, Options, table, utc_now
 from bench.process_cpu import settle_machine
 from bench.targets import TARGETS, TIMES, Verdict, decide_all
 
@@ -68,6 +66,47 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def python_speed_ms() -> float:
+    """The milliseconds one million Python additions take here, the fastest of five tries.
+
+    The processor's speed for one thread of Python, which every c=1 figure moves with: compare
+    runs on different machines by it before reading a change into them.
+    """
+    fastest = math.inf
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for number in range(1_000_000):
+            total += number
+        fastest = min(fastest, time.perf_counter() - started)
+    return round(fastest * 1000, 1)
+
+
+def machine_info(database_url: str) -> dict[str, Any]:
+    """What the figures were measured on."""
+    settings = "SELECT current_setting('server_version'), current_setting('synchronous_commit')"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        version, sync = conn.execute(settings).fetchone() or ("?", "?")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "postgresql": version,
+        "synchronous_commit": sync,
+        "python_ms_per_million_additions": python_speed_ms(),
+        "loadavg_at_start": loadavg(),
+        "git_commit": commit,
+        "measured_at": utc_now().isoformat(timespec="seconds"),
+    }
+
+
 def run_part(name: str, options: Options) -> dict[str, Any]:
     """One part: its results (or its error), with the seconds and the load around it."""
     record: dict[str, Any] = {
@@ -83,10 +122,8 @@ def run_part(name: str, options: Options) -> dict[str, Any]:
         record["error"] = f"{type(error).__name__}: {error}"[:500]
     record["seconds"] = round(time.monotonic() - began, 1)
     record["loadavg_after"] = loadavg()
-    print(
-        f"[bench] {name}: {'failed' if 'error' in record else 'done'} in {record['seconds']:.0f} s",
-        flush=True,
-    )
+    outcome = "failed" if "error" in record else "done"
+    print(f"[bench] {name}: {outcome} in {record['seconds']:.0f} s", flush=True)
     return record
 
 

@@ -1,4 +1,4 @@
-"""The servers the request-path part starts, each its own process, and the order a round visits them.
+"""The servers the request-path part starts, each its own process.
 
 - ``longhaul``: ``longhaul up`` on the machine's PostgreSQL (a fresh schema) and NATS, echo skill:
   the gateway, a worker and every follower of the log (relay, projector, dispatcher, sequencer);
@@ -17,17 +17,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    Options,
-    free_port,
-    fresh_schema,
-    longhaul_env,
-    process_env,
-    start,
-    stop,
-    stream_deleted,
-    wait_serving,
-)
+from bench.common import Options, free_port, fresh_schema, longhaul_env, process_env, serving, stream_deleted
 
 SERVERS = ("longhaul", "longhaul-answer", "sdk-memory", "sdk-postgres")
 ANSWER_ONLY = "longhaul-answer"
@@ -66,17 +56,6 @@ def servers(
                 if store == "postgres":
                     schema = stack.enter_context(fresh_schema(options.database_url, "sdk"))
                     module += ["--database-url", options.database_url, "--schema", schema]
-            log = folder / f"{name}.log"
-            process = start(module, env, log)
-            stack.callback(stop, process, 30.0)
-            url = f"http://127.0.0.1:{port}"
-            wait_serving(url, process, log)
-            urls[name] = (url, process.pid)
+            process = stack.enter_context(serving(module, env, folder / f"{name}.log", port))
+            urls[name] = (f"http://127.0.0.1:{port}", process.pid)
         yield urls
-
-
-def round_order(urls: dict[str, tuple[str, int]], number: int) -> list[tuple[str, tuple[str, int]]]:
-    """The servers in the order round ``number`` (from 0) visits them: every other round reversed,
-    so that no server always runs right after the same one (whose background work may still run)."""
-    order = list(urls.items())
-    return order[::-1] if number % 2 else order

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from bench.a2a_servers import servers
 from bench.common import Options, table
+from bench.process_cpu import tree
 from workers.skills.big_file import content
 
 SIZE, QUICK_SIZE = 1 << 30, 64 << 20
@@ -39,15 +39,11 @@ class PeakMemory(threading.Thread):
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
-        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
-
-    def now(self) -> int:
-        tree = [self.root, *self.root.children(recursive=True)]
-        return sum(p.memory_info().rss for p in tree if p.is_running())
+        self.pid, self.peak, self.done = pid, 0, threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(0.05):
-            self.peak = max(self.peak, self.now())
+            self.peak = max(self.peak, sum(p.memory_info().rss for p in tree(self.pid) if p.is_running()))
 
     def __enter__(self) -> PeakMemory:
         self.start()
@@ -118,11 +114,9 @@ def run(options: Options) -> dict[str, Any]:
             started = time.perf_counter()
             task = finished(base, "big-file", {"bytes": size, "seed": 1})
             write_s = time.perf_counter() - started
-        urls_of = [part["url"] for part in task["artifacts"][0]["parts"]]
+        to_null = [arg for part in task["artifacts"][0]["parts"] for arg in (part["url"], "-o", "/dev/null")]
         with PeakMemory(pid) as reading:
-            download_s = timed(
-                ["curl", "-sSf", *[arg for url in urls_of for arg in (url, "-o", "/dev/null")]]
-            )
+            download_s = timed(["curl", "-sSf", *to_null])  # every part of the artifact
             upload_s = timed(["curl", "-sSf", "-T", str(source), "-X", "POST", f"{base}/a2a/files"])
         get_big, get_echo = get_task_ms(base, task["id"]), get_task_ms(base, echo["id"])
     mib = size / MIB

@@ -6,15 +6,14 @@ import asyncio
 import json
 import math
 import os
-import platform
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,12 +51,7 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (now)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+        return int(sock.getsockname()[1])
 
 
 # ----------------------------------------------------------------------------- PostgreSQL and NATS
@@ -79,23 +73,20 @@ def fresh_schema(database_url: str, name: str) -> Iterator[str]:
 @contextmanager
 def stream_deleted(nats_url: str, stream: str) -> Iterator[str]:
     """``stream``, the JetStream stream of one run, deleted at the end (its messages off the disk;
-    quietly if none), from a thread of its own: usable around async code."""
+    quietly if none)."""
 
     async def delete() -> None:
         client = await nats.connect(nats_url)
         try:
-            await client.jetstream().delete_stream(stream)
-        except nats.js.errors.NotFoundError:
-            pass
+            with suppress(nats.js.errors.NotFoundError):
+                await client.jetstream().delete_stream(stream)
         finally:
             await client.close()
 
     try:
         yield stream
     finally:
-        thread = threading.Thread(target=lambda: asyncio.run(delete()), name="delete-stream")
-        thread.start()
-        thread.join()
+        asyncio.run(delete())
 
 
 def new_task(skill: str, params: dict[str, Any] | None = None) -> Task:
@@ -139,6 +130,12 @@ def longhaul_env(database_url: str, schema: str, **settings: Any) -> dict[str, s
     return env | {f"LONGHAUL_{key.upper()}": str(value) for key, value in settings.items()}
 
 
+def python(module: str, *args: str) -> subprocess.Popen[str]:
+    """``python -m <module> <args...>``, its stdout a pipe to this process."""
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=process_env(), stdout=subprocess.PIPE, text=True)
+
+
 def start(module: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """``python -m <module...>`` in a session of its own, its output in ``log``."""
     with log.open("ab") as out:
@@ -162,37 +159,48 @@ def stop(process: subprocess.Popen[Any], timeout: float = 20.0) -> int:
         return process.wait(10)
 
 
-def wait_for(log: Path, text: str, process: subprocess.Popen[Any]) -> float:
-    """Block until ``log`` holds ``text``: the seconds it took (the process exiting first: an error)."""
-    began = time.monotonic()
-    while text not in log.read_text(errors="replace"):
-        if process.poll() is not None:
-            raise RuntimeError(f"exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-        if time.monotonic() - began > 60.0:
-            raise TimeoutError(f"{text!r} not in {log} after 60 s")
-        time.sleep(0.02)
-    return time.monotonic() - began
-
-
-def wait_serving(base_url: str, process: subprocess.Popen[Any], log: Path) -> None:
-    """Block until an A2A server answers its agent card (a minute at the most)."""
+@contextmanager
+def serving(
+    module: list[str], env: dict[str, str], log: Path, port: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """An A2A server, ``python -m <module...>`` (``start``), once it answers its agent card on
+    ``port`` (a minute at the most); stopped at the end."""
+    base_url = f"http://127.0.0.1:{port}"
+    process = start(module, env, log)
     deadline = time.monotonic() + 60.0
-    while True:
-        try:
-            httpx.get(f"{base_url}/.well-known/agent-card.json", timeout=2).raise_for_status()
-            return
-        except httpx.HTTPError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{base_url} does not serve:\n{log.read_text(errors='replace')}") from None
-            time.sleep(0.1)
+    try:
+        while True:
+            try:
+                httpx.get(f"{base_url}/.well-known/agent-card.json", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{base_url} does not serve:\n{log.read_text(errors='replace')}"
+                    ) from None
+                time.sleep(0.1)
+        yield process
+    finally:
+        stop(process, 30.0)
+
+
+AT_WORK = {"worker": " started (concurrency", "relay": "is the leader", "dispatcher": "following stream"}
+"""What the log of each ``longhaul`` command ``running`` starts says once the process is at work."""
 
 
 @contextmanager
-def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``longhaul worker`` process, its output in ``log``, once it has started; stopped at the end."""
-    process = start(["longhaul.cli", "worker"], env, log)
+def running(command: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``longhaul <command>`` process, its output in ``log``, once it is at work (a minute at the
+    most; the process exiting first: an error); stopped at the end."""
+    process = start(["longhaul.cli", command], env, log)
+    began = time.monotonic()
     try:
-        wait_for(log, " started (concurrency", process)
+        while AT_WORK[command] not in log.read_text(errors="replace"):
+            if process.poll() is not None:
+                raise RuntimeError(f"exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            if time.monotonic() - began > 60.0:
+                raise TimeoutError(f"{AT_WORK[command]!r} not in {log} after 60 s")
+            time.sleep(0.02)
         yield process
     finally:
         stop(process)
@@ -210,11 +218,8 @@ def paced(threads: int, rate: float, seconds: float, action: Callable[[int], Non
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     began = time.monotonic()
-    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(loop, range(threads)))  # a thread's error is raised here
     return time.monotonic() - began
 
 
@@ -260,40 +265,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         )
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in text)])
-
-
-def python_speed_ms() -> float:
-    """The milliseconds one million Python additions take here, the fastest of five tries.
-
-    The processor's speed for one thread of Python, which every c=1 figure moves with: compare
-    runs on different machines by it before reading a change into them.
-    """
-    fastest = math.inf
-    for _ in range(5):
-        started = time.perf_counter()
-        total = 0
-        for number in range(1_000_000):
-            total += number
-        fastest = min(fastest, time.perf_counter() - started)
-    return round(fastest * 1000, 1)
-
-
-def machine_info(database_url: str) -> dict[str, Any]:
-    """What the figures were measured on."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        version = conn.execute("SHOW server_version").fetchone()
-        sync = conn.execute("SHOW synchronous_commit").fetchone()
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return {
-        "nproc": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "postgresql": version[0] if version else "?",
-        "synchronous_commit": sync[0] if sync else "?",
-        "python_ms_per_million_additions": python_speed_ms(),
-        "loadavg_at_start": loadavg(),
-        "git_commit": commit,
-        "measured_at": utc_now().isoformat(timespec="seconds"),
-    }

@@ -13,6 +13,7 @@ a JetStream publish (publish -> ack). Every time is this machine's wall clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 import threading
@@ -26,17 +27,7 @@ from typing import Any
 
 import nats
 
-from bench.common import (
-    Options,
-    fresh_schema,
-    longhaul_env,
-    start,
-    stop,
-    stream_deleted,
-    summary_ms,
-    table,
-    wait_for,
-)
+from bench.common import Options, fresh_schema, longhaul_env, running, stream_deleted, summary_ms, table
 from store.log import StoreConfig, TaskApplication
 
 TO_NATS = "commit -> NATS (the relay's message)"
@@ -73,13 +64,8 @@ def relayed(options: Options, name: str, pool_size: int, **settings: Any) -> Ite
             nats_subject_prefix=prefix,
             **settings,
         )
-        relay = start(["longhaul.cli", "relay"], env, logs / "relay.log")
-        try:
-            wait_for(logs / "relay.log", "is the leader", relay)
+        with contextlib.closing(store), running("relay", env, logs / "relay.log"):
             yield Deployment(store, env, logs, prefix)
-        finally:
-            stop(relay)
-            store.close()
 
 
 class Watcher:

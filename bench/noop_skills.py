@@ -34,15 +34,9 @@ async def _slow(ctx: StepContext) -> StepOutcome:
     return Continue({"step": step + 1, "tick": 0})
 
 
-def noop_skill_name(steps: int) -> str:
-    if not 1 <= steps <= MAX_NOOP_STEPS:
-        raise ValueError(f"bench-noop skills have 1..{MAX_NOOP_STEPS} steps, not {steps}")
-    return f"bench-noop-{steps}"
-
-
 SKILLS = [
     *(
-        Skill(name=noop_skill_name(k), version=1, steps=[_noop] * k, description=f"{k} no-op steps")
+        Skill(name=f"bench-noop-{k}", version=1, steps=[_noop] * k, description=f"{k} no-op steps")
         for k in range(1, MAX_NOOP_STEPS + 1)
     ),
     Skill(name="bench-slow", version=1, steps=[_slow] * SLOW_STEPS, description="slow ticking steps"),

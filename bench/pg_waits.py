@@ -19,7 +19,6 @@ import collections
 import re
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -43,18 +42,12 @@ def statement_kind(query: str) -> str:
     return text[:KIND_LENGTH]
 
 
-BUSY = (
-    "SELECT state, wait_event_type, wait_event, query FROM pg_stat_activity"
+BUSY = (  # what each waits on: CPU, "<wait_event_type> <wait_event>", or the state of one not running
+    "SELECT CASE WHEN state = 'active' THEN coalesce(wait_event_type || ' ' || wait_event, 'CPU')"
+    " ELSE state END, query FROM pg_stat_activity"
     " WHERE state NOT IN ('idle', 'disabled') AND pid <> pg_backend_pid()"
     " AND (strpos(query, %s) > 0 OR query IN ('COMMIT', 'BEGIN', 'ROLLBACK', 'SELECT 1'))"
 )  # a transaction's last statement names no table
-
-
-def waited_on(state: str, wait_type: str | None, event: str | None) -> str:
-    """``CPU``, ``<wait_event_type> <wait_event>``, or the state of a backend not running a statement."""
-    if state != "active":
-        return state
-    return f"{wait_type} {event}" if wait_type else "CPU"
 
 
 class WaitSampler:
@@ -74,9 +67,7 @@ class WaitSampler:
         self._thread.start()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Stop sampling (the counts stay) and close the connection."""
         self._stop.set()
         self._thread.join()
@@ -84,8 +75,8 @@ class WaitSampler:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            for state, wait_type, event, text in self._conn.execute(BUSY, (self._schema,)).fetchall():
-                self.counts[(waited_on(state, wait_type, event), statement_kind(text))] += 1
+            for waited, text in self._conn.execute(BUSY, (self._schema,)).fetchall():
+                self.counts[(waited, statement_kind(text))] += 1
             self.samples += 1
             time.sleep(self._every_s)
 

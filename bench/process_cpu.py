@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 import psycopg
@@ -30,9 +31,8 @@ IPV4_MAPPED = "::ffff:"
 """An IPv4 address's prefix in an IPv6 socket's, which PostgreSQL's ``host(client_addr)`` leaves out."""
 
 
-def own_and_children(process: psutil.Process) -> float:
-    """``process``'s utime + stime and its waited-for children's, in seconds."""
-    times = process.cpu_times()
+def own_and_children(times: Any) -> float:
+    """A process's utime + stime and its waited-for children's (its ``cpu_times()``), in seconds."""
     return float(times.user + times.system + times.children_user + times.children_system)
 
 
@@ -47,7 +47,7 @@ def tree_cpu_seconds(pid: int) -> float:
     total = 0.0
     for process in tree(pid):
         try:
-            total += own_and_children(process)
+            total += own_and_children(process.cpu_times())
         except psutil.NoSuchProcess:
             if process.pid == pid:
                 raise
@@ -56,15 +56,11 @@ def tree_cpu_seconds(pid: int) -> float:
 
 def postgres_cpu_by_pid() -> dict[int, float]:
     """The CPU seconds of every ``postgres`` process on the machine (see the module), by pid."""
-    seconds = {}
-    for process in psutil.process_iter(["name"]):
-        if process.info["name"] != POSTGRES:
-            continue
-        try:
-            seconds[process.pid] = own_and_children(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return seconds
+    return {  # a process gone is left out, and one not readable has None for its times
+        process.pid: own_and_children(process.info["cpu_times"])
+        for process in psutil.process_iter(["name", "cpu_times"])
+        if process.info["name"] == POSTGRES and process.info["cpu_times"] is not None
+    }
 
 
 def local_ends(pid: int) -> set[tuple[str, int]]:

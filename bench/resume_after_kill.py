@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import Options, fresh_schema, longhaul_env, new_task, table, utc_now, worker
+from bench.common import Options, fresh_schema, longhaul_env, new_task, running, table, utc_now
 from store.log import StoreConfig, TaskApplication
 
 SLACK_S = 1.0
@@ -73,18 +73,18 @@ def one_run(
     store.save_tasks(task)
     a_log, b_log = (workdir / f"{w}-{lease}-{mode}-{n}.log" for w in "ab")
     with contextlib.ExitStack() as stack:
-        a = stack.enter_context(worker(env, a_log))
+        a = stack.enter_context(running("worker", env, a_log))
         wait_for(lambda: ticks(commits_by(store, task.id, a.pid))[2:], 60, "worker A to commit a few ticks")
         b_start = 0.0
         if mode == "standby":
-            b = stack.enter_context(worker(env, b_log))
+            b = stack.enter_context(running("worker", env, b_log))
         time.sleep(random.uniform(0.0, 0.1))  # anywhere between two tick commits
         t_kill = time.time()
         a.kill()
         a.wait(10)
         if mode == "cold":
             began = time.monotonic()
-            b = stack.enter_context(worker(env, b_log))
+            b = stack.enter_context(running("worker", env, b_log))
             b_start = time.monotonic() - began
         stack.callback(cancel, store, task.id)  # before B stops: it stops at once
         b_pid = b.pid
@@ -132,10 +132,6 @@ def run(options: Options) -> dict[str, Any]:
                 "reference_lease_plus_1s": lease + SLACK_S,
             }
         )
-    print(
-        table(
-            ["lease s", "mode", "runs", "kill -> commit median s", "max s", "lease + 1 s"],
-            [list(entry.values()) for entry in summary],
-        )
-    )
+    headers = ["lease s", "mode", "runs", "kill -> commit median s", "max s", "lease + 1 s"]
+    print(table(headers, [list(entry.values()) for entry in summary]))
     return {"runs": runs, "summary": summary}

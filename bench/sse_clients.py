@@ -46,7 +46,6 @@ async def follow(
         "params": {"id": task_id, "tenant": tenant},
     }
     await opening.acquire()
-    released = False
     try:
         while True:
             async with client.stream(
@@ -60,13 +59,12 @@ async def follow(
                     if event.id is None:
                         continue
                     received.append((task_id, event.id, time.time()))
-                    if not released:
-                        released = True
+                    if not opened.is_set():  # its first frame: the next stream may open
                         opening.release()
                         opened.set()
                 return
     finally:
-        if not released:
+        if not opened.is_set():
             opening.release()
 
 

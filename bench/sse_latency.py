@@ -19,26 +19,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import psutil
 
-from bench.common import (
-    REPO_ROOT,
-    TENANT,
-    Options,
-    free_port,
-    leased_task,
-    paced,
-    process_env,
-    start,
-    stop,
-    utc_now,
-    wait_serving,
-)
+from bench.common import TENANT, Options, free_port, leased_task, paced, python, serving, utc_now
 from bench.nats_watch import Deployment, Watcher, latencies, relayed
 from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
@@ -54,14 +41,9 @@ GATEWAY = "NATS -> SSE frame received (the gateway's part)"
 
 
 def memory(pid: int) -> dict[str, int]:
-    """A process's memory: USS (what it alone holds, when the platform tells) and RSS, in bytes."""
-    process = psutil.Process(pid)
-    try:
-        full = process.memory_full_info()
-        return {"uss": int(full.uss), "rss": int(full.rss)}
-    except (psutil.AccessDenied, AttributeError):
-        rss = int(process.memory_info().rss)
-        return {"uss": rss, "rss": rss}
+    """A process's memory: USS (what it alone holds) and RSS, in bytes."""
+    full = psutil.Process(pid).memory_full_info()
+    return {"uss": int(full.uss), "rss": int(full.rss)}
 
 
 class Clients:
@@ -72,10 +54,7 @@ class Clients:
         for i in range(processes):
             share = [str(t.id) for t in tasks[i::processes]]
             request = {"base": base, "tenant": TENANT, "tasks": share, "open_at_once": OPEN_AT_ONCE}
-            command = [sys.executable, "-m", "bench.sse_clients", json.dumps(request)]
-            self.processes.append(
-                subprocess.Popen(command, cwd=REPO_ROOT, env=process_env(), stdout=subprocess.PIPE, text=True)
-            )
+            self.processes.append(python("bench.sse_clients", json.dumps(request)))
 
     def answers(self) -> Iterator[dict[str, Any]]:
         """The next line of every process, in turn."""
@@ -104,7 +83,10 @@ class Clients:
             process.wait(30)
         return received, errors
 
-    def kill(self) -> None:
+    def __enter__(self) -> Clients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         for process in self.processes:
             process.kill()
             process.wait(10)
@@ -119,9 +101,6 @@ def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[st
     base = f"http://127.0.0.1:{port}"
     tasks = [leased_task() for _ in range(streams)]
     store.save_tasks(*tasks)
-    log = logs / f"gateway-{streams}.log"
-    gateway = start(["longhaul.cli", "gateway"], env | {"LONGHAUL_PORT": str(port)}, log)
-    clients: Clients | None = None
     shares = [tasks[i::SUBMITTERS] for i in range(SUBMITTERS)]
     turns = [0] * SUBMITTERS
 
@@ -132,28 +111,24 @@ def run_phase(options: Options, deployment: Deployment, streams: int) -> dict[st
         store.save_tasks(task)
         committed[(str(task.id), task.version)] = time.time()
 
-    try:
-        wait_serving(base, gateway, log)
+    log = logs / f"gateway-{streams}.log"
+    with serving(["longhaul.cli", "gateway"], env | {"LONGHAUL_PORT": str(port)}, log, port) as gateway:
         time.sleep(1.0)  # the gateway settles (its first requests' imports, pools)
         before = memory(gateway.pid)
-        clients = Clients(base, tasks, max(1, streams // 250))
-        clients.wait_ready()
-        time.sleep(IDLE_S)
-        idle = memory(gateway.pid)
-        with Watcher(options.nats_url, prefix, RATE, lambda e: (e["taskId"], e["version"])) as watcher:
-            cpu_before = tree_cpu_seconds(gateway.pid)
-            watcher.pinging.set()
-            load_s = paced(SUBMITTERS, RATE, seconds, report)
-            watcher.pinging.clear()
-            gateway_cpu = tree_cpu_seconds(gateway.pid) - cpu_before
-            for task in tasks:
-                task.complete(epoch=task.lease_epoch, now=utc_now(), message=None)
-            store.save_tasks(*tasks)
-            received, errors = clients.results()
-    finally:
-        if clients is not None:
-            clients.kill()
-        stop(gateway)
+        with Clients(base, tasks, max(1, streams // 250)) as clients:
+            clients.wait_ready()
+            time.sleep(IDLE_S)
+            idle = memory(gateway.pid)
+            with Watcher(options.nats_url, prefix, RATE, lambda e: (e["taskId"], e["version"])) as watcher:
+                cpu_before = tree_cpu_seconds(gateway.pid)
+                watcher.pinging.set()
+                load_s = paced(SUBMITTERS, RATE, seconds, report)
+                watcher.pinging.clear()
+                gateway_cpu = tree_cpu_seconds(gateway.pid) - cpu_before
+                for task in tasks:
+                    task.complete(epoch=task.lease_epoch, now=utc_now(), message=None)
+                store.save_tasks(*tasks)
+                received, errors = clients.results()
     missing = sum(1 for key in committed if key not in received)
     print(f"\n{streams} streams: {len(committed)} commits in {load_s:.1f} s, {missing} frames missing")
     latency = latencies(committed, watcher.times, received, (HEADLINE, GATEWAY), watcher)

@@ -14,7 +14,6 @@ threads, measured before and after the longhaul runs (the mean of the two).
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import time
 import uuid
@@ -27,8 +26,7 @@ import psycopg
 from eventsourcing.utils import get_topic
 from psycopg import sql
 
-from bench.common import Options, fresh_schema, longhaul_env, new_task, table, worker
-from bench.noop_skills import noop_skill_name
+from bench.common import Options, fresh_schema, longhaul_env, new_task, running, table
 from bench.pg_waits import WaitSampler, waits_table
 from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
@@ -114,11 +112,6 @@ def plain_commits(database_url: str, schema: str, clients: int, seconds: float) 
 # ----------------------------------------------------------------------------- longhaul
 
 
-def submit_tasks(store: TaskApplication, count: int, skill: str, batch: int = 500) -> None:
-    for start in range(0, count, batch):
-        store.save_tasks(*(new_task(skill) for _ in range(min(batch, count - start))))
-
-
 def completed(store: TaskApplication) -> int:
     return store.run_queue.state_counts().get("TASK_STATE_COMPLETED", 0)
 
@@ -143,11 +136,14 @@ def run_longhaul(
         options.database_url, schema, worker_concurrency=concurrency, lease_seconds=30, worker_grace_seconds=2
     )
     with ExitStack() as stack:
-        processes = [stack.enter_context(worker(env, workdir / f"worker{i}.log")) for i in range(workers)]
+        processes = [
+            stack.enter_context(running("worker", env, workdir / f"worker{i}.log")) for i in range(workers)
+        ]
         cpu_before = [tree_cpu_seconds(p.pid) for p in processes]
         began = time.time()
         with WaitSampler(options.database_url, schema=schema, every_s=0.05) as sampler:
-            submit_tasks(store, tasks, noop_skill_name(STEPS))
+            for start in range(0, tasks, 500):  # 500 a commit
+                store.save_tasks(*(new_task(f"bench-noop-{STEPS}") for _ in range(min(500, tasks - start))))
             deadline = time.monotonic() + TIMEOUT_S
             while (done := completed(store)) < tasks and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -186,12 +182,7 @@ def run(options: Options) -> dict[str, Any]:
             print(f"  {name}: {runs[name]['steps_per_s_first_to_last']:,.0f} steps/s", flush=True)
         after = [plain_commits(options.database_url, schema, c, plain_seconds) for c in PLAIN_CLIENTS]
     plain = [
-        {
-            "clients": c,
-            "commits_per_s": round(statistics.fmean([b, a])),
-            "before": round(b),
-            "after": round(a),
-        }
+        {"clients": c, "commits_per_s": round((b + a) / 2), "before": round(b), "after": round(a)}
         for c, b, a in zip(PLAIN_CLIENTS, before, after, strict=True)
     ]
     rows = [

@@ -12,6 +12,7 @@ Nothing here starts a process or opens a connection.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,6 +28,7 @@ REACHED = 0.9
 
 Outcome = Literal["met", "missed", "not run"]
 Results = Mapping[str, Any]
+OPS = {">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,7 @@ class Rule:
     noisy: bool = True
 
     def holds(self, value: float) -> bool:
-        if self.op == ">=":
-            return value >= self.threshold
-        return value < self.threshold if self.op == "<" else value <= self.threshold
+        return bool(OPS[self.op](value, self.threshold))
 
     def close(self, value: float) -> bool:
         return self.noisy and abs(value - self.threshold) <= CLOSE * abs(self.threshold)
@@ -144,28 +144,26 @@ SERVER = {"sdk-memory": "in-memory", "sdk-postgres": "PostgreSQL store", "longha
 ANSWER = "longhaul-answer"
 
 
-def a2a_row(results: Results, mode: str, c: int, server: str) -> dict[str, Any] | None:
+def a2a_row(results: Results, mode: str, c: int, server: str) -> Mapping[str, Any]:
+    """One server's summary in ``mode`` at ``c`` clients; empty when it was not measured."""
     row = (results.get("results") or {}).get(f"{mode}@c={c}", {}).get(server)
-    return row if isinstance(row, dict) else None
+    return row if isinstance(row, dict) else {}
 
 
-def errors_of(row: Mapping[str, Any] | None, who: str = "longhaul") -> list[str]:
-    if row is None or not row.get("errors"):
+def errors_of(row: Mapping[str, Any], who: str = "longhaul") -> list[str]:
+    if not row.get("errors"):
         return []
     kinds = ", ".join(f"{k} {n}" for k, n in (row.get("error_kinds") or {}).items())
     return [f"{who}: {row['errors']} errors" + (f" ({kinds})" if kinds else "")]
 
 
-def rate_text(row: Mapping[str, Any] | None) -> str:
-    return "" if row is None else f"{row['per_s_median']:,.0f} req/s, p50 {row['p50_ms']:,.1f} ms"
+SHOWN = {"first_p50_ms": "first p50 {first_p50_ms:,.1f} ms", "p99_ms": "p99 {p99_ms:,.0f} ms"}
+"""How a summary is shown by the figure read from it; any other figure: its rate and p50."""
+RATE_SHOWN = "{per_s_median:,.0f} req/s, p50 {p50_ms:,.1f} ms"
 
 
-def first_text(row: Mapping[str, Any] | None) -> str:
-    return "" if row is None or "first_p50_ms" not in row else f"first p50 {row['first_p50_ms']:,.1f} ms"
-
-
-def p99_text(row: Mapping[str, Any] | None) -> str:
-    return "" if row is None else f"p99 {row['p99_ms']:,.0f} ms"
+def shown(row: Mapping[str, Any], key: str) -> str:
+    return SHOWN.get(key, RATE_SHOWN).format_map(row) if key in row else ""
 
 
 def against(
@@ -174,21 +172,16 @@ def against(
     """``ours``'s ``key`` in ``mode`` at ``c`` beside ``server``'s in the same run (at ``their_c``
     clients when given). The durable answer (``longhaul-answer``) is shown with the whole ``up``'s
     figure beside it."""
-    text = {"first_p50_ms": first_text, "p99_ms": p99_text}.get(key, rate_text)
-    label = f"{SERVER[server]}" + (f" at c={their_c}:" if their_c else "")
+    label = SERVER[server] + (f" at c={their_c}:" if their_c else "")
 
     def measure(results: Results) -> Measured:
         mine, theirs = a2a_row(results, mode, c, ours), a2a_row(results, mode, their_c or c, server)
-        figure_text = text(mine)
-        if ours == ANSWER and (whole := a2a_row(results, mode, c, "longhaul")) is not None:
-            figure_text += f" (whole up: {text(whole)})"
-        return Measured(
-            figure=None if mine is None else mine.get(key),
-            baseline=None if theirs is None else theirs.get(key),
-            figure_text=figure_text,
-            baseline_text=f"{label} {text(theirs)}" if theirs else "",
-            problems=(*errors_of(mine), *errors_of(theirs, SERVER[server])),
-        )
+        text = shown(mine, key)
+        if ours == ANSWER and (whole := a2a_row(results, mode, c, "longhaul")):
+            text += f" (whole up: {shown(whole, key)})"
+        their_text = f"{label} {shown(theirs, key)}" if theirs else ""
+        problems = (*errors_of(mine), *errors_of(theirs, SERVER[server]))
+        return Measured(mine.get(key), theirs.get(key), text, their_text, problems)
 
     return measure
 
@@ -197,19 +190,13 @@ def cpu_per_task(results: Results) -> Measured:
     """The whole ``up``'s CPU per blocking echo task at c=1 (its process and its PostgreSQL
     backends) beside the in-memory server's CPU per request."""
     ours, theirs = a2a_row(results, "blocking", 1, "longhaul"), a2a_row(results, "blocking", 1, "sdk-memory")
-    own = None if ours is None else number(ours.get("cpu_ms_per_request"))
-    backends = None if ours is None else number(ours.get("server_postgres_cpu_ms_per_request"))
+    own = number(ours.get("cpu_ms_per_request"))
+    backends = number(ours.get("server_postgres_cpu_ms_per_request"))
     figure = None if own is None or backends is None else own + backends
-    baseline = None if theirs is None else number(theirs.get("cpu_ms_per_request"))
-    return Measured(
-        figure=figure,
-        baseline=baseline,
-        figure_text=""
-        if figure is None
-        else f"{figure:.2f} ms ({own:.2f} up + {backends:.2f} its PostgreSQL)",
-        baseline_text="" if baseline is None else f"in-memory {baseline:.2f} ms per request",
-        problems=tuple(errors_of(ours)),
-    )
+    baseline = number(theirs.get("cpu_ms_per_request"))
+    text = "" if figure is None else f"{figure:.2f} ms ({own:.2f} up + {backends:.2f} its PostgreSQL)"
+    their_text = "" if baseline is None else f"in-memory {baseline:.2f} ms per request"
+    return Measured(figure, baseline, text, their_text, tuple(errors_of(ours)))
 
 
 def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Results], Measured]:
@@ -217,22 +204,19 @@ def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Results],
     ``when_none``: the problem to name when longhaul's count is 0."""
 
     def measure(results: Results) -> Measured:
-        def count(server: str) -> tuple[int | None, str]:
-            rows = {m: a2a_row(results, m, 128, server) for m in MODE}
-            found = {m: int(r.get(key, 0)) for m, r in rows.items() if r is not None}
+        def count(server: str, label: str = "") -> tuple[int | None, str]:
+            found = {m: int(r.get(key, 0)) for m in MODE if (r := a2a_row(results, m, 128, server))}
             if not found:
                 return None, ""
             each = ", ".join(f"{MODE[m]} {n:,}" for m, n in found.items())
-            return sum(found.values()), f"{sum(found.values()):,} {noun} ({each})"
+            return sum(found.values()), f"{label}{sum(found.values()):,} {noun} ({each})"
 
         ours, ours_text = count("longhaul")
-        theirs, theirs_text = count("sdk-memory")
+        theirs, theirs_text = count("sdk-memory", "in-memory ")
         problems = [when_none] if when_none and ours == 0 else []
         if key == "errors" and results.get("listen_overflows"):  # the kernel's, the whole machine's
             problems.append(f"{results['listen_overflows']} listen overflows on the machine over the run")
-        return Measured(
-            ours, theirs, ours_text, f"in-memory {theirs_text}" if theirs_text else "", tuple(problems)
-        )
+        return Measured(ours, theirs, ours_text, theirs_text, tuple(problems))
 
     return measure
 
@@ -240,14 +224,12 @@ def c128_counts(key: str, noun: str, when_none: str = "") -> Callable[[Results],
 # ----------------------------------------------------------------------------- the other parts
 
 
-def latency_p99(latency: Mapping[str, Any], headline: str) -> tuple[float, float, str, str]:
+def latency_p99(latency: Mapping[str, Any], headline: str, problems: list[str], more: str = "") -> Measured:
+    """``headline``'s p99 beside raw NATS p99 (``more``: said after the figure)."""
     mine, raw = latency[headline], latency[RAW]
-    return (
-        mine["p99_ms"],
-        raw["p99_ms"],
-        f"p99 {mine['p99_ms']:,.1f} ms, p50 {mine['median_ms']:,.1f} ms",
-        f"raw NATS p99 {raw['p99_ms']:,.1f} ms",
-    )
+    text = f"p99 {mine['p99_ms']:,.1f} ms, p50 {mine['median_ms']:,.1f} ms{more}"
+    raw_text = f"raw NATS p99 {raw['p99_ms']:,.1f} ms"
+    return Measured(mine["p99_ms"], raw["p99_ms"], text, raw_text, tuple(problems))
 
 
 def sse_phase(streams: int) -> Callable[[Results], Measured]:
@@ -257,7 +239,6 @@ def sse_phase(streams: int) -> Callable[[Results], Measured]:
         phase = next((p for p in results.get("phases", []) if p.get("streams") == streams), None)
         if phase is None:
             return Measured(None, problems=(f"no phase of {streams} streams",))
-        figure, baseline, figure_text, baseline_text = latency_p99(phase["latency"], sse_latency.HEADLINE)
         problems = []
         if phase["commits_per_s"] < REACHED * phase["rate_per_s"]:
             problems.append(f"{phase['commits_per_s']:g} commits/s of the {phase['rate_per_s']:g} asked")
@@ -265,11 +246,9 @@ def sse_phase(streams: int) -> Callable[[Results], Measured]:
             problems.append(f"{phase['frames_missing']} frames missing")
         if phase["client_errors"]:
             problems.append(f"{len(phase['client_errors'])} client errors")
-        if streams >= 1000:
-            figure_text += (
-                f"; {phase['memory_per_stream_bytes']['uss'] / 1024:,.1f} KiB per open stream (USS)"
-            )
-        return Measured(figure, baseline, figure_text, baseline_text, tuple(problems))
+        memory = phase["memory_per_stream_bytes"]["uss"] / 1024
+        more = f"; {memory:,.1f} KiB per open stream (USS)" if streams >= 1000 else ""
+        return latency_p99(phase["latency"], sse_latency.HEADLINE, problems, more)
 
     return measure
 
@@ -285,16 +264,11 @@ def steps(run: str) -> Callable[[Results], Measured]:
         one = (results.get("runs") or {}).get(run)
         if one is None:
             return Measured(None, problems=(f"no {run.replace('_', ' ')} run",))
-        plain = next((b for b in results.get("plain_psycopg", []) if b["clients"] == PLAIN_CLIENTS), None)
+        plain = {b["clients"]: b for b in results.get("plain_psycopg", [])}.get(PLAIN_CLIENTS, {})
         figure = one["steps_per_s_first_to_last"]
-        return Measured(
-            figure=figure,
-            baseline=None if plain is None else plain["commits_per_s"],
-            figure_text=f"{figure:,.0f} steps/s ({one['workers']} {TIMES} {one['concurrency_per_worker']})",
-            baseline_text=""
-            if plain is None
-            else f"plain psycopg, 16 clients: {plain['commits_per_s']:,} commits/s",
-        )
+        text = f"{figure:,.0f} steps/s ({one['workers']} {TIMES} {one['concurrency_per_worker']})"
+        plain_text = f"plain psycopg, 16 clients: {plain['commits_per_s']:,} commits/s" if plain else ""
+        return Measured(figure, plain.get("commits_per_s"), text, plain_text)
 
     return measure
 
@@ -302,14 +276,13 @@ def steps(run: str) -> Callable[[Results], Measured]:
 def webhook(results: Results) -> Measured:
     if "latency" not in results:
         return Measured(None)
-    figure, baseline, figure_text, baseline_text = latency_p99(results["latency"], webhook_latency.HEADLINE)
     problems = []
     reached = results["tasks"] / results["load_seconds"] if results["load_seconds"] else 0.0
     if reached < REACHED * results["rate_per_s"]:
         problems.append(f"{reached:,.0f} tasks/s of the {results['rate_per_s']:g} asked")
     if results["webhooks_missing"]:
         problems.append(f"{results['webhooks_missing']} webhooks missing")
-    return Measured(figure, baseline, figure_text, baseline_text, tuple(problems))
+    return latency_p99(results["latency"], webhook_latency.HEADLINE, problems)
 
 
 def resume(results: Results) -> Measured:
@@ -319,13 +292,9 @@ def resume(results: Results) -> Measured:
     if not cases:
         return Measured(None)
     worst = max(cases, key=lambda c: c["kill_to_first_commit_max_s"] / c["reference_lease_plus_1s"])
-    return Measured(
-        figure=worst["kill_to_first_commit_max_s"],
-        baseline=worst["reference_lease_plus_1s"],
-        figure_text=f"{worst['kill_to_first_commit_max_s']:.2f} s ({worst['lease_s']:g} s lease, "
-        f"{worst['mode']})",
-        baseline_text=f"lease + 1 s: {worst['reference_lease_plus_1s']:g} s",
-    )
+    figure, reference = worst["kill_to_first_commit_max_s"], worst["reference_lease_plus_1s"]
+    text = f"{figure:.2f} s ({worst['lease_s']:g} s lease, {worst['mode']})"
+    return Measured(figure, reference, text, f"lease + 1 s: {reference:g} s")
 
 
 def files(figure: str, baseline: str, unit: str, baseline_name: str) -> Callable[[Results], Measured]:
@@ -334,8 +303,7 @@ def files(figure: str, baseline: str, unit: str, baseline_name: str) -> Callable
     def measure(results: Results) -> Measured:
         if "bytes" not in results:
             return Measured(None)
-        peak = max(results["peak_above_idle_mb"].values())
-        ours = peak if figure == "peak" else results[figure]
+        ours = max(results["peak_above_idle_mb"].values()) if figure == "peak" else results[figure]
         if isinstance(ours, dict):  # GetTask: the big file's task beside an echo task's
             ours, theirs = ours["big_file"], ours["echo"]
         else:

@@ -13,25 +13,13 @@ raw NATS at the same rate in the same run.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from typing import Any
 
 import httpx
 
-from bench.common import (
-    REPO_ROOT,
-    Options,
-    new_task,
-    paced,
-    process_env,
-    start,
-    stop,
-    utc_now,
-    wait_for,
-)
+from bench.common import Options, new_task, paced, python, running, stop, utc_now
 from bench.nats_watch import Watcher, latencies, relayed
 from bench.process_cpu import tree_cpu_seconds
 from domain.task import Task
@@ -48,12 +36,7 @@ class Receiver:
     """``bench.webhook_receiver`` in a process of its own: what arrived, when."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.webhook_receiver"],
-            cwd=REPO_ROOT,
-            env=process_env(),
-            stdout=subprocess.PIPE,
-        )
+        self.process = python("bench.webhook_receiver")
         assert self.process.stdout is not None
         self.base = f"http://127.0.0.1:{int(self.process.stdout.readline())}"
         self.url = f"{self.base}/hook"
@@ -87,29 +70,25 @@ def run(options: Options) -> dict[str, Any]:
     settings = {"webhook_secret": new_secret(), "allow_private_webhooks": "true"}
     with contextlib.closing(receiver), relayed(options, "webhook", SUBMITTERS, **settings) as deployment:
         store, logs = deployment.store, deployment.logs
-        dispatcher = start(["longhaul.cli", "dispatcher"], deployment.env, logs / "dispatcher.log")
 
         def commit(_: int) -> None:
             task = completed_task(receiver.url)
             store.save_tasks(task)
             committed[str(task.id)] = time.time()
 
-        try:
-            wait_for(logs / "dispatcher.log", "following stream", dispatcher)
-            with Watcher(
-                options.nats_url, deployment.prefix, RATE, lambda e: (e["taskId"], e["type"])
-            ) as watcher:
-                cpu_before = tree_cpu_seconds(dispatcher.pid)
-                watcher.pinging.set()
-                load_s = paced(SUBMITTERS, RATE, seconds, commit)
-                watcher.pinging.clear()
-                deadline = time.monotonic() + 60
-                while receiver.count() < 2 * len(committed) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                dispatcher_cpu = tree_cpu_seconds(dispatcher.pid) - cpu_before
+        with (
+            running("dispatcher", deployment.env, logs / "dispatcher.log") as dispatcher,
+            Watcher(options.nats_url, deployment.prefix, RATE, lambda e: (e["taskId"], e["type"])) as watcher,
+        ):
+            cpu_before = tree_cpu_seconds(dispatcher.pid)
+            watcher.pinging.set()
+            load_s = paced(SUBMITTERS, RATE, seconds, commit)
+            watcher.pinging.clear()
+            deadline = time.monotonic() + 60
+            while receiver.count() < 2 * len(committed) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            dispatcher_cpu = tree_cpu_seconds(dispatcher.pid) - cpu_before
             hooks = receiver.times()
-        finally:
-            stop(dispatcher)
     published = {t: at for (t, kind), at in watcher.times.items() if kind == "Completed"}
     done = {t: at for (t, state), at in hooks.items() if state == STATES[1]}
     missing = sum(1 for t in committed for s in STATES if (t, s) not in hooks)
