@@ -8,6 +8,10 @@ the page (ids, order, count) from the current-task view (``projections.task_view
 page's tasks from the log (``TaskApplication.get_many``). The push notification config methods
 keep configs in the task's log (``PushConfigSet``, ``PushConfigRemoved``) and never read a
 config's secrets back (``push_config_to_wire``).
+
+Longer than 500 lines on purpose: it is the one implementation of every A2A method behind both
+bindings, with the checks they share (tenant, overload, the file parts in and out); split by
+method, each piece would reach back for those.
 """
 
 from __future__ import annotations

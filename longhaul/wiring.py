@@ -2,6 +2,9 @@
 
 Only the composition root (``longhaul``) reads settings; the processes and commands get their
 store, gateway app, worker, relay, sequencer, dispatcher and sweeper from here.
+
+Longer than 500 lines on purpose: it is the composition root, one builder per part from the
+settings; split, a reader would have to hunt for where a setting is read.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ The format (``longhaul-archive`` version 4: each event's stored bytes exactly an
 Files of version 3 (no file lines), 2 (no receipts) and 1 (parsed events, no chain hashes) are
 still read. ``archive_histories`` gives a file's tasks as chain rows
 with their receipts, for ``longhaul verify --archive``.
+
+Longer than 500 lines on purpose: one archive format, its writer and its reader for every
+version, so that a change of the format is read and reviewed in one place.
 """
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
-"""The projector SIGKILLed in the middle of a backlog: restarted, both views equal a rebuild.
+"""The projector SIGKILLed in the middle of a backlog: restarted, every view equals a rebuild.
 
 Thousands of events are committed while no projector runs, each task's in three commits (so the
 projector's batches cut across tasks); a ``longhaul projector`` process starts on the backlog and
 is killed once the current-task view applied a third of it, inside some batch's transaction or
 between two (ADR 0048). More is committed while none runs; the next projector resumes each view
-after its own recorded position. Every row of both views must then be what a rebuild from the
-log makes of it: an event applied twice, or skipped, would leave a row that differs.
+after its own recorded position. Every row of every view (the current-task view, the retention
+index, the file index: each task holds a file) must then be what a rebuild from the log makes of
+it: an event applied twice, or skipped, would leave a row that differs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import time
 from datetime import UTC, datetime, timedelta
 
+from domain.files import FileRef, file_part
 from domain.task import Task
 from projections.projector import PROJECTIONS, lags
 from store.log.application import TaskApplication
@@ -34,6 +37,9 @@ def _commit_backlog(store: TaskApplication, now: datetime, tasks: int) -> list[T
         task.grant_lease(worker="w", now=now, until=now + timedelta(hours=1))
         for i in range(PROGRESS):
             task.report_progress(epoch=task.lease_epoch, now=now, message={"parts": [{"text": f"{i}"}]})
+        # A file artifact, so the file index has a row per task too.
+        file = file_part(FileRef(hashlib.sha256(task.id.bytes).hexdigest(), 10), media_type="text/plain")
+        task.append_artifact(epoch=task.lease_epoch, now=now, artifact={"artifactId": "f", "parts": [file]})
         store.save_tasks(task)
     for task in made[::2]:
         task.complete(epoch=task.lease_epoch, now=now + timedelta(seconds=1), message=None)
