@@ -178,8 +178,8 @@ class FileStore:
 async def _read_directory(path: Path, sha256: str, start: int, end: int | None) -> AsyncIterator[bytes]:
     """``read`` from a directory: a MiB at a time, each read in a thread.
 
-    obstore streams a local file at a few hundred MiB/s; plain reads run at the disk's (or the
-    page cache's) speed, an order of magnitude more, in the same constant memory.
+    obstore's local stream crosses into its runtime for every small chunk; plain reads run at the
+    disk's (or the page cache's) speed, in the same constant memory (ADR 0062).
     """
     try:
         file = await asyncio.to_thread(path.open, "rb")
@@ -203,8 +203,8 @@ async def _put_directory(directory: Path, chunks: AsyncIterable[bytes]) -> Store
     """``put`` into a directory: a MiB at a time, hashed and written in a thread, then renamed.
 
     The same steps as on any store (a temporary file under ``incoming/``, renamed to its address
-    once whole), with plain file writes instead of obstore's (a few hundred MiB/s from many small
-    chunks). The file and its directory are synced before the rename: a file a commit refers to
+    once whole), with plain file writes instead of obstore's (slow from many small chunks, ADR
+    0062). The file and its directory are synced before the rename: a file a commit refers to
     survives a power cut.
     """
     temporary = directory / INCOMING / uuid4().hex
