@@ -30,10 +30,10 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from eventsourcing.application import project_aggregate
 from eventsourcing.domain import DomainEventProtocol
 
 from domain.task import Task
+from store.log.application import replayed
 from store.log.errors import NoSuchVersionError
 from store.public_form.event_bodies import event_body, iso, json_ready
 
@@ -173,7 +173,7 @@ def replay(events: Iterable[DomainEventProtocol[UUID]], version: int) -> Task:
     last = history[-1].originator_version
     if not 1 <= version <= last:
         raise NoSuchVersionError(history[0].originator_id, version, last)
-    task: Task | None = project_aggregate(None, [e for e in history if e.originator_version <= version])
+    task = replayed([e for e in history if e.originator_version <= version])
     assert task is not None
     return task
 

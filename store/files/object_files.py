@@ -204,22 +204,33 @@ async def _put_directory(directory: Path, chunks: AsyncIterable[bytes]) -> Store
 
     The same steps as on any store (a temporary file under ``incoming/``, renamed to its address
     once whole), with plain file writes instead of obstore's (slow from many small chunks, ADR
-    0062). The file and its directory are synced before the rename: a file a commit refers to
-    survives a power cut.
+    0062). One MiB is written while the next arrives (never more: the memory stays constant, and
+    a sender waits for the disk). The file and its directory are synced before the rename: a
+    file a commit refers to survives a power cut.
     """
     temporary = directory / INCOMING / uuid4().hex
     await asyncio.to_thread(temporary.parent.mkdir, parents=True, exist_ok=True)
     digest, size, pending = hashlib.sha256(), 0, bytearray()
     file = await asyncio.to_thread(temporary.open, "wb")
+    writing: asyncio.Future[None] | None = None
+
+    async def write(block: bytes) -> None:
+        nonlocal writing
+        if writing is not None:
+            await writing  # in order: the hash sees the bytes as the file does
+        writing = asyncio.ensure_future(asyncio.to_thread(_write, file, digest, block))
+
     try:
         async for chunk in chunks:
             pending += chunk
             if len(pending) >= READ_CHUNK:
                 size += len(pending)
-                await asyncio.to_thread(_write, file, digest, bytes(pending))
+                await write(bytes(pending))
                 pending.clear()
         size += len(pending)
-        await asyncio.to_thread(_write, file, digest, bytes(pending))
+        await write(bytes(pending))
+        assert writing is not None
+        await writing
         await asyncio.to_thread(_synced, file)
         stored = StoredFile(digest.hexdigest(), size)
         await asyncio.to_thread(_moved, temporary, directory / address(stored.sha256))
