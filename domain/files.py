@@ -87,8 +87,25 @@ def files_in(value: object) -> list[FileRef]:
 
 
 def refers_to_stored(value: object) -> bool:
-    """Whether any part of ``value`` carries a ``url`` in the log's form of a stored file."""
-    return any(isinstance(p.get("url"), str) and p["url"].startswith(SCHEME) for p in parts_of(value))
+    """Whether any object in ``value`` has a ``url`` in the log's form of a stored file.
+
+    A quick walk (exact types, no copy): every answer passes it on its way out, and an answer
+    without a stored file costs only this.
+    """
+    if type(value) is dict:
+        url = value.get("url")
+        if type(url) is str and url.startswith(SCHEME):
+            return True
+        items: Any = value.values()
+    elif type(value) is list:
+        items = value
+    else:
+        return False
+    for item in items:
+        kind = type(item)
+        if (kind is dict or kind is list) and refers_to_stored(item):
+            return True
+    return False
 
 
 def with_urls(value: Any, locate: Callable[[FileRef], str]) -> Any:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
-from domain.files import SCHEME, FileRef, files_in, with_urls
+from domain.files import SCHEME, FileRef, files_in, refers_to_stored, with_urls
 
 FILES_PATH = "/a2a/files"
 """Where the gateway serves files (``api.files``)."""
@@ -83,7 +83,7 @@ class FileLinks:
         Every stored file's part carries the URL a client fetches it at; ``value`` itself when it
         holds none.
         """
-        if not _may_refer(value):
+        if not refers_to_stored(value):
             return value  # the common case, in a few microseconds
         found = files_in(value)
         if not found:
@@ -108,21 +108,3 @@ class FileLinks:
             if signed is not None:
                 return signed
         return self.download_url(task_id, ref.sha256)
-
-
-def _may_refer(value: object) -> bool:
-    """Whether any dict in ``value`` has a ``url`` in the log's form: the quick test before ``files_in``."""
-    if type(value) is dict:
-        url = value.get("url")
-        if type(url) is str and url.startswith(SCHEME):
-            return True
-        items: Any = value.values()
-    elif type(value) is list:
-        items = value
-    else:
-        return False
-    for item in items:
-        kind = type(item)
-        if (kind is dict or kind is list) and _may_refer(item):
-            return True
-    return False
